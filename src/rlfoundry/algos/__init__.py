@@ -1,0 +1,8 @@
+"""Algorithms, one file each. The registry is an explicit dict."""
+
+from rlfoundry.algos.base import Agent, Iteration
+from rlfoundry.algos.ppo import PPO
+
+ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO}
+
+__all__ = ["ALGORITHMS", "Agent", "Iteration"]

@@ -1,0 +1,222 @@
+"""Proximal Policy Optimization (Schulman et al. 2017, arXiv:1707.06347).
+
+    for each iteration:
+        collect num_steps × num_envs transitions with the current policy (logprobs, values)
+        advantages = GAE(γ, λ); returns = advantages + values
+        for update_epochs: for each minibatch of the rollout:
+            ratio = π(a|s) / π_old(a|s)
+            loss = -min(ratio·A, clip(ratio, 1±ε)·A) + vf_coef·(V - R)² - ent_coef·H[π]
+            one Adam step with the gradient norm clipped to max_grad_norm
+
+Deliberate choices, with their sources:
+- Bootstrap on truncation, not on termination (Pardo et al. 2018, "Time Limits in RL").
+- The value loss is the plain squared error, as in Stable-Baselines3, so `vf_coef` means what it
+  means in rl-baselines3-zoo hyperparameters (CleanRL carries an extra ½).
+- Target-KL early stop is checked before each minibatch step (as SB3 does, with the 1.5 margin).
+- Advantages are normalised per minibatch (SB3 and CleanRL), skipped for a minibatch of one.
+- Reset rows of NEXT_STEP autoreset are excluded from minibatches (`rlfoundry.buffers.rollout`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, PositiveInt
+from torch import nn
+
+from rlfoundry.algos.base import Agent, Iteration
+from rlfoundry.config.base import StrictModel
+from rlfoundry.config.schedule import Schedule
+
+
+class PPOConfig(StrictModel):
+    name: Literal["ppo"] = "ppo"
+    lr: Schedule = Field(Schedule(start=2.5e-4), description="Adam learning rate (number or lin_<start>).")
+    num_steps: PositiveInt = Field(128, description="Steps per env in each rollout.")
+    minibatch_size: PositiveInt | float = Field(
+        0.25, description="Samples per minibatch: an int, or a fraction in (0, 1] of the rollout."
+    )
+    update_epochs: PositiveInt = Field(4, description="Passes over the rollout per iteration.")
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE λ.")
+    clip_coef: Schedule = Field(Schedule(start=0.2), description="Surrogate clipping ε (number or lin_<start>).")
+    clip_vloss: bool = Field(True, description="Clip the value update to ±clip_coef around the old value.")
+    ent_coef: Schedule = Field(Schedule(start=0.0), description="Entropy bonus (number or lin_<start>).")
+    vf_coef: float = Field(0.5, ge=0, description="Value-loss weight.")
+    max_grad_norm: float = Field(0.5, gt=0, description="Global gradient-norm clip.")
+    target_kl: float | None = Field(None, gt=0, description="Stop the epochs when approx KL > 1.5 × this.")
+    norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
+    adam_eps: float = Field(1e-5, gt=0, description="Adam ε.")
+
+    def check_with(self, num_envs: int) -> None:
+        if isinstance(self.minibatch_size, float) and not 0 < self.minibatch_size <= 1:
+            raise ValueError(f"algo.minibatch_size = {self.minibatch_size}: a fraction must be in (0, 1]")
+        if self.minibatch_samples(num_envs) > num_envs * self.num_steps:
+            raise ValueError(
+                f"algo.minibatch_size = {self.minibatch_size}: larger than the rollout "
+                f"(num_envs {num_envs} × num_steps {self.num_steps} = {num_envs * self.num_steps})"
+            )
+
+    def minibatch_samples(self, num_envs: int) -> int:
+        if isinstance(self.minibatch_size, float):
+            return max(1, round(self.minibatch_size * num_envs * self.num_steps))
+        return self.minibatch_size
+
+    def num_minibatches(self, num_envs: int) -> int:
+        return max(1, round(num_envs * self.num_steps / self.minibatch_samples(num_envs)))
+
+    @staticmethod
+    def defaults_for(action_space) -> dict[str, Any]:
+        """Defaults for an env without a preset: CleanRL's ppo.py settings for discrete actions and
+        ppo_continuous_action.py settings (with normalisation) for continuous ones."""
+        from gymnasium import spaces
+
+        if isinstance(action_space, spaces.Discrete):
+            return {"env": {"num_envs": 4}, "algo": {"num_steps": 128, "lr": "lin_2.5e-4", "ent_coef": 0.01}}
+        return {
+            "env": {"num_envs": 1, "normalize_obs": True, "normalize_reward": True},
+            "algo": {"num_steps": 2048, "minibatch_size": 64, "update_epochs": 10, "lr": "lin_3e-4"},
+            "train": {"total_timesteps": 1_000_000},
+        }
+
+
+def ppo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor,
+    clip_coef: float,
+    vf_coef: float,
+    ent_coef: float,
+    clip_vloss: bool,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The clipped-surrogate PPO loss over a minibatch [N]; `stats` are detached scalars."""
+    log_ratio = logprobs - old_logprobs
+    ratio = log_ratio.exp()
+    policy_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
+    value_error = (values - returns).square()
+    if clip_vloss:
+        clipped = old_values + (values - old_values).clamp(-clip_coef, clip_coef)
+        value_error = torch.max(value_error, (clipped - returns).square())
+    value_loss = value_error.mean()
+    entropy_mean = entropy.mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    with torch.no_grad():
+        stats = {
+            "loss/policy": policy_loss.detach(),
+            "loss/value": value_loss.detach(),
+            "loss/entropy": entropy_mean.detach(),
+            "diag/approx_kl": ((ratio - 1) - log_ratio).mean(),  # Schulman's k3 estimator
+            "diag/clipfrac": ((ratio - 1).abs() > clip_coef).float().mean(),
+        }
+    return loss, stats
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    variance = target.var()
+    return float("nan") if variance == 0 else float(1 - (target - predicted).var() / variance)
+
+
+class PPO(Agent):
+    def __init__(self, cfg, spec, device: torch.device):
+        from rlfoundry.nets import build_actor_critic
+
+        self.cfg, self.spec, self._device = cfg, spec, device
+        self.algo: PPOConfig = cfg.algo
+        self.policy = build_actor_critic(spec, cfg.network).to(device)
+        self.optimizer = torch.optim.Adam(
+            self.policy.parameters(), lr=self.algo.lr(0.0), eps=self.algo.adam_eps, foreach=True
+        )
+        self.collector = None
+        self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def iterate(self, envs, progress: float) -> Iteration:
+        from rlfoundry.buffers.rollout import RolloutCollector, gae
+
+        if self.collector is None:
+            self.collector = RolloutCollector(envs, self.spec, self.algo.num_steps, self.device, self.cfg.train.seed)
+        algo = self.algo
+        rollout, collected = self.collector.collect(self.policy)
+        start = time.perf_counter()
+        advantages = gae(
+            rollout.rewards, rollout.values, rollout.next_values, rollout.terminated, rollout.dones,
+            algo.gamma, algo.gae_lambda,
+        )
+        returns = advantages + rollout.values
+
+        # Flatten [T, B] → N and keep only the rows that are real transitions.
+        index = rollout.valid.flatten().nonzero().squeeze(-1)
+        obs = rollout.obs.flatten(0, 1)[index]
+        actions = rollout.actions.flatten(0, 1)[index]
+        old_logprobs = rollout.logprobs.flatten()[index]
+        old_values = rollout.values.flatten()[index]
+        advantages, returns = advantages.flatten()[index], returns.flatten()[index]
+
+        lr, clip_coef, ent_coef = algo.lr(progress), algo.clip_coef(progress), algo.ent_coef(progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        num_minibatches = max(1, round(len(index) / self.minibatch_samples))
+        totals: dict[str, torch.Tensor] = {}
+        updates, stopped_early = 0, False
+        for _ in range(algo.update_epochs):
+            order = torch.randperm(len(index), device=self.device)
+            for mb in order.tensor_split(num_minibatches):
+                logprobs, entropy, values = self.policy.evaluate(obs[mb], actions[mb])
+                mb_adv = advantages[mb]
+                if algo.norm_adv and len(mb) > 1:
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                loss, stats = ppo_loss(
+                    logprobs, old_logprobs[mb], mb_adv, values, old_values[mb], returns[mb], entropy,
+                    clip_coef, algo.vf_coef, ent_coef, algo.clip_vloss,
+                )
+                if algo.target_kl is not None and stats["diag/approx_kl"] > 1.5 * algo.target_kl:
+                    stopped_early = True
+                    break
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm, foreach=True)
+                self.optimizer.step()
+                for key, value in stats.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                updates += 1
+            if stopped_early:
+                break
+
+        metrics = {key: float(value) / max(updates, 1) for key, value in totals.items()}
+        metrics.update({
+            "diag/explained_variance": explained_variance(old_values, returns),
+            "diag/updates": float(updates),
+            "diag/lr": lr,
+            "diag/clip_coef": clip_coef,
+            "diag/ent_coef": ent_coef,
+            "time/env": collected.time_env,
+            "time/act": collected.time_act,
+            "time/learn": time.perf_counter() - start,
+        })
+        steps = algo.num_steps * self.spec.num_envs
+        return Iteration(steps, metrics, collected.episode_returns, collected.episode_lengths)
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        with torch.inference_mode():
+            tensor = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            actions = self.policy.predict(tensor, deterministic).cpu().numpy()
+        if self.spec.discrete:
+            return actions
+        return np.clip(actions, self.spec.action_space.low, self.spec.action_space.high)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,1 @@
+"""Experience storage and the functions that fill and read it."""

@@ -1,0 +1,98 @@
+"""The `rlfoundry` command."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from rlfoundry.config.errors import ConfigError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="rlfoundry: deep reinforcement learning from one config.",
+)
+err = Console(stderr=True)
+out = Console()
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def train(
+    spec: Annotated[str, typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")],
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides, e.g. algo.lr=3e-4 env.num_envs=16.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Shortcut for train.seed=N.")] = None,
+    total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
+    run_dir: Annotated[Optional[str], typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (train.device).")] = None,
+) -> None:
+    """Train an agent and write a run directory."""
+    import rlfoundry
+    from rlfoundry.run.trainer import RunFailed
+
+    extra = list(overrides or [])
+    for key, value in (("train.seed", seed), ("train.total_timesteps", total_timesteps), ("train.device", device)):
+        if value is not None:
+            extra.append(f"{key}={value}")
+    try:
+        path, summary = rlfoundry.train(spec, extra, run_dir, console=err)
+    except ConfigError as exc:
+        fail(str(exc))
+    except RunFailed as exc:
+        fail(f"{exc} (traceback in {exc.run_dir / 'run.log'})", code=1)
+    except KeyboardInterrupt:
+        err.print("[yellow]stopped[/]")
+        raise typer.Exit(130)
+    evaluation = summary["eval_return_mean"]
+    shown = "-" if evaluation is None else f"{evaluation:.2f} ± {summary['eval_return_std']:.2f}"
+    solved = summary["solved_at_step"]
+    out.print(f"evaluation return: {shown}" + (f" (solved at step {solved:,})" if solved is not None else ""),
+              highlight=False)
+    out.print(f"{summary['total_steps']:,} steps in {summary['wall_time_s']:.1f} s ({summary['sps']:,.0f} steps/s)",
+              highlight=False)
+    out.print(f"run directory: {path}", highlight=False)
+
+
+@app.command()
+def presets(
+    filter: Annotated[Optional[str], typer.Argument(help="Show only env ids or variants containing this text.")] = None,
+) -> None:
+    """List presets, their variants and "solved" thresholds."""
+    from rich.table import Table
+
+    from rlfoundry.config.load import load_presets
+
+    try:
+        found = load_presets()
+    except ConfigError as exc:
+        fail(str(exc))
+    table = Table(title="rlfoundry presets")
+    for column in ("env id", "variants", "solved at", "source"):
+        table.add_column(column)
+    needle = (filter or "").lower()
+    for env_id, preset in sorted(found.items()):
+        variants = list(preset.variants)
+        if needle and needle not in env_id.lower() and not any(needle in v.lower() for v in variants):
+            continue
+        solved = preset.solved or {}
+        table.add_row(env_id, ", ".join(variants), str(solved.get("return", "-")), solved.get("source", "-"))
+    out.print(table)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

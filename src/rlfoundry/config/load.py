@@ -1,0 +1,314 @@
+"""Turn a SPEC (`ENV_ID:VARIANT` or an experiment YAML path) plus overrides into one validated config.
+
+Every way this can fail raises `ConfigError` with a message naming the key, the value and what is
+allowed; nothing is created on disk before loading succeeds.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.schema import ALGO_CONFIGS, ExperimentConfig
+
+SECTIONS = ("env", "algo", "network", "train", "eval", "logging", "solved")
+PRESET_KEYS = (*SECTIONS, "variants")
+EXPERIMENT_KEYS = (*SECTIONS, "preset", "variant", "provenance")
+
+
+@dataclass(frozen=True)
+class Preset:
+    env_id: str
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def variants(self) -> dict[str, dict[str, Any]]:
+        return self.data.get("variants") or {}
+
+    @property
+    def solved(self) -> dict[str, Any] | None:
+        return self.data.get("solved")
+
+
+# ---------------------------------------------------------------- YAML and merging
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"malformed YAML in {path}{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """A new dict: `update` over `base`, merging nested mappings key by key."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _check_keys(data: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key '{key}'{_did_you_mean(str(key), allowed)}; allowed: {', '.join(allowed)}")
+
+
+def _did_you_mean(word: str, options: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`algo.lr=3e-4` → (['algo', 'lr'], 3e-4). Values are YAML scalars or flow lists/maps."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override '{text}' must look like section.key=value, e.g. algo.lr=3e-4")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"override '{text}': cannot parse value {raw!r}") from None
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        if path[0] not in EXPERIMENT_KEYS:
+            raise ConfigError(
+                f"override '{text}': unknown section '{path[0]}'{_did_you_mean(path[0], SECTIONS)}; "
+                f"allowed: {', '.join(SECTIONS)}"
+            )
+        node = data
+        for i, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override '{text}': '{'.'.join(path[: i + 1])}' is a value, not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+# ---------------------------------------------------------------- presets
+
+
+def presets_dir() -> Path:
+    return Path(str(resources.files("rlfoundry") / "presets"))
+
+
+def load_presets() -> dict[str, Preset]:
+    """Every preset shipped with the package, by env id."""
+    found: dict[str, Preset] = {}
+    for path in sorted(presets_dir().glob("*.yaml")):
+        data = read_yaml(path)
+        _check_keys(data, PRESET_KEYS, f"preset {path.name}")
+        env_id = (data.get("env") or {}).get("id")
+        if not env_id:
+            raise ConfigError(f"preset {path.name}: env.id is missing")
+        found[env_id] = Preset(env_id, path, data)
+    return found
+
+
+def preset_layers(preset: Preset, variant: str) -> dict[str, Any]:
+    if variant not in preset.variants:
+        raise ConfigError(
+            f"variant '{variant}' is not in the preset for {preset.env_id}{_did_you_mean(variant, preset.variants)}; "
+            f"available: {', '.join(preset.variants)}"
+        )
+    shared = {k: v for k, v in preset.data.items() if k != "variants"}
+    block = preset.variants[variant] or {}
+    _check_keys(block, SECTIONS, f"preset {preset.path.name}, variant '{variant}'")
+    return deep_merge(shared, {**block, "variant": variant})
+
+
+# ---------------------------------------------------------------- generic defaults from spaces
+
+
+def check_env_id(env_id: Any) -> str:
+    import gymnasium as gym
+
+    from rlfoundry.envs import register_optional_families
+
+    if not isinstance(env_id, str) or not env_id:
+        raise ConfigError(f"env.id = {env_id!r}: expected a registered Gymnasium id such as CartPole-v1")
+    register_optional_families()
+    if env_id not in gym.registry:
+        raise ConfigError(
+            f"env.id = '{env_id}': not a registered Gymnasium id{_did_you_mean(env_id, gym.registry.keys())}"
+        )
+    return env_id
+
+
+def generic_layers(env_id: str, algo: str) -> dict[str, Any]:
+    """Defaults for an id without a preset, chosen from its spaces (see each algo's `defaults_for`)."""
+    import gymnasium as gym
+
+    from rlfoundry.envs import probe_spaces
+
+    if algo not in ALGO_CONFIGS:
+        raise ConfigError(
+            f"variant '{algo}': {env_id} has no preset, so the variant must be an algorithm"
+            f"{_did_you_mean(algo, ALGO_CONFIGS)}; available: {', '.join(ALGO_CONFIGS)}"
+        )
+    _, action_space = probe_spaces(env_id)
+    layers: dict[str, Any] = deep_merge(ALGO_CONFIGS[algo].defaults_for(action_space), {"variant": algo})
+    layers = deep_merge(layers, {"env": {"id": env_id}, "algo": {"name": algo}})
+    threshold = gym.spec(env_id).reward_threshold
+    if threshold is not None:
+        layers["solved"] = {"return": float(threshold), "source": f"Gymnasium {env_id} reward_threshold"}
+    return layers
+
+
+# ---------------------------------------------------------------- the entry point
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    env_id, sep, variant = spec.rpartition(":")
+    if not sep:
+        return spec, "ppo"
+    if not env_id or not variant:
+        raise ConfigError(f"spec '{spec}' must be ENV_ID:VARIANT (e.g. CartPole-v1:ppo) or a path to a YAML file")
+    return env_id, variant
+
+
+def spec_layers(spec: str) -> dict[str, Any]:
+    env_id, variant = split_spec(spec)
+    presets = load_presets()
+    if env_id in presets:
+        return preset_layers(presets[env_id], variant)
+    check_env_id(env_id)
+    return generic_layers(env_id, variant)
+
+
+def is_experiment_file(spec: str) -> bool:
+    return spec.endswith((".yaml", ".yml")) or Path(spec).is_file()
+
+
+def load_config(spec: str, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Resolve SPEC and overrides into a validated `ExperimentConfig`, or raise `ConfigError`."""
+    if is_experiment_file(spec):
+        path = Path(spec)
+        if not path.is_file():
+            raise ConfigError(f"experiment file '{spec}' does not exist")
+        experiment = read_yaml(path)
+        _check_keys(experiment, EXPERIMENT_KEYS, f"experiment file {path}")
+        base_spec = experiment.pop("preset", None)
+        if base_spec is not None:
+            data = deep_merge(spec_layers(str(base_spec)), experiment)
+        else:
+            env_id = check_env_id((experiment.get("env") or {}).get("id"))
+            algo = (experiment.get("algo") or {}).get("name", "ppo")
+            data = deep_merge(generic_layers(env_id, algo), experiment)
+    else:
+        data = spec_layers(spec)
+    data = apply_overrides(data, overrides or [])
+    return validate(data)
+
+
+def validate(data: dict[str, Any]) -> ExperimentConfig:
+    data = copy.deepcopy(data)
+    algo = data.get("algo") or {}
+    name = algo.get("name", "ppo") if isinstance(algo, dict) else None
+    if name not in ALGO_CONFIGS:
+        raise ConfigError(f"algo.name = {name!r}: unknown algorithm; available: {', '.join(ALGO_CONFIGS)}")
+    check_env_id((data.get("env") or {}).get("id"))
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, data)) from None
+
+
+# ---------------------------------------------------------------- error messages
+
+
+def _model_at(path: list[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = ExperimentConfig
+    for key in path:
+        if model is None:
+            return None
+        field = next((f for n, f in model.model_fields.items() if key in (n, f.alias)), None)
+        if field is None:
+            return None
+        model = _first_model(field.annotation)
+    return model
+
+
+def _first_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _first_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _key_path(loc: tuple[Any, ...], data: dict[str, Any]) -> list[str]:
+    """The loc parts that are real keys of the input (drops pydantic's union/type labels)."""
+    path, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            path.append(str(part))
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(str(part))
+            node = node[part]
+    return path
+
+
+def format_validation_error(exc: ValidationError, data: dict[str, Any]) -> str:
+    lines: list[str] = []
+    seen: set[str] = set()
+    for error in exc.errors():
+        path = _key_path(error["loc"], data)
+        key = ".".join(path) or ".".join(str(p) for p in error["loc"])
+        if key in seen:
+            continue
+        seen.add(key)
+        if error["type"] == "extra_forbidden":
+            model = _model_at(path[:-1])
+            allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []
+            lines.append(
+                f"{key}: unknown key{_did_you_mean(path[-1], allowed)}"
+                + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+            )
+        elif error["type"] == "missing":
+            lines.append(f"{key}: required but missing")
+        elif not path:
+            lines.append(error["msg"].removeprefix("Value error, "))
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            lines.append(f"{key} = {error.get('input')!r}: {message}")
+    return "invalid config: " + ("\n  ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines))

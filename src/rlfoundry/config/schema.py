@@ -1,0 +1,110 @@
+"""The experiment config: env, algo, network, train, eval and logging sections.
+
+Layers, lowest first: package defaults (the field defaults below) → algorithm defaults (the algo
+config's defaults) → env preset → variant → experiment file → CLI `a.b=value` overrides.
+`rlfoundry.config.load` merges the layers as plain dicts and validates the result once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from rlfoundry.algos.ppo import PPOConfig
+from rlfoundry.config.base import StrictModel
+
+# One entry per algorithm; the `name` key of the `algo` section picks the class.
+ALGO_CONFIGS: dict[str, type[StrictModel]] = {"ppo": PPOConfig}
+
+
+class EnvConfig(StrictModel):
+    id: str = Field(description="A registered Gymnasium id, e.g. CartPole-v1.")
+    num_envs: PositiveInt = Field(8, description="Parallel environments in the training vector env.")
+    vectorization: Literal["auto", "sync", "async", "vector_entry_point"] = Field(
+        "auto",
+        description="auto: the id's numpy vector entry point if it has one, else async when one "
+        "env step is slow enough to pay for worker processes, else sync.",
+    )
+    normalize_obs: bool = Field(False, description="Running mean/std observation normalisation.")
+    normalize_reward: bool = Field(False, description="Scale rewards by the running std of the discounted return.")
+    clip_obs: float = Field(10.0, gt=0, description="Clip normalised observations to ±clip_obs.")
+    clip_reward: float = Field(10.0, gt=0, description="Clip normalised rewards to ±clip_reward.")
+    max_episode_steps: PositiveInt | None = Field(None, description="Override the id's time limit.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for gymnasium.make.")
+
+
+class NetworkConfig(StrictModel):
+    encoder: Literal["mlp"] = Field("mlp", description="Observation encoder.")
+    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [64, 64], description="MLP layer widths.")
+    activation: Literal["tanh", "relu", "elu", "silu"] = "tanh"
+    core: Literal["identity"] = Field("identity", description="Memory core between encoder and heads.")
+    shared: bool = Field(False, description="One trunk for policy and value (true) or one each (false).")
+    ortho_init: bool = Field(True, description="Orthogonal init: gain √2 hidden, 0.01 policy, 1 value.")
+    log_std_init: float = Field(0.0, description="Initial log std of the Gaussian policy (continuous actions).")
+
+
+class TrainConfig(StrictModel):
+    total_timesteps: PositiveInt = Field(100_000, description="Environment steps (all envs) to train for.")
+    seed: int = Field(1, ge=0, description="Seeds Python, NumPy, torch and the envs.")
+    torch_threads: PositiveInt = Field(
+        1, description="torch.set_num_threads; results are reproducible only at the same count."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available.")
+
+
+class EvalConfig(StrictModel):
+    every_steps: int = Field(10_000, ge=0, description="Evaluate every N env steps (0: only at the end).")
+    episodes: PositiveInt = Field(10, description="Episodes per evaluation.")
+    num_envs: PositiveInt | None = Field(None, description="Evaluation envs (default: min(episodes, 16)).")
+    warmup_steps: int = Field(0, ge=0, description="No evaluation before this many steps.")
+    deterministic: bool = Field(True, description="Greedy / mean actions during evaluation.")
+    at_end: bool = Field(True, description="Evaluate once more when training ends.")
+    stop_at_threshold: bool = Field(True, description="Stop when the evaluation return reaches the solved threshold.")
+    seed_offset: int = Field(10_000, ge=0, description="Evaluation envs are seeded with train.seed + seed_offset.")
+
+
+class LoggingConfig(StrictModel):
+    runs_root: str = Field("runs", description="Where run directories are created.")
+    tensorboard: bool = True
+    csv: bool = True
+    progress: bool = Field(True, description="Rich progress bar with ETA and a metrics table.")
+    train_return_window: PositiveInt = Field(100, description="Episodes averaged for train_return_mean.")
+
+
+class SolvedConfig(StrictModel):
+    return_: float = Field(alias="return", description="Evaluation return that counts as solved.")
+    source: str = Field(description="Where the threshold comes from.")
+
+
+class Provenance(StrictModel):
+    """Written by the trainer into the run's config.yaml; ignored as input (a new run writes its own)."""
+
+    created: str | None = None
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    device: str | None = None
+    torch_threads: int | None = None
+    vectorization: str | None = None
+
+
+class ExperimentConfig(StrictModel):
+    variant: str = Field("custom", description="Preset variant name (recorded, used in run names).")
+    env: EnvConfig
+    algo: PPOConfig
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    solved: SolvedConfig | None = None
+    provenance: Provenance | None = None
+
+    @model_validator(mode="after")
+    def _check_sizes(self) -> ExperimentConfig:
+        self.algo.check_with(self.env.num_envs)
+        return self
+
+    @property
+    def threshold(self) -> float | None:
+        return None if self.solved is None else self.solved.return_

@@ -1,0 +1,1 @@
+"""Running experiments: the trainer and everything around the algorithm (seeding, evaluation, run dir)."""

@@ -1,0 +1,30 @@
+"""Deterministic evaluation on separate envs."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+
+def evaluate(agent, envs: VectorEnv, episodes: int, seed: int, deterministic: bool = True) -> tuple[list[float], list[int]]:
+    """Run exactly `episodes` episodes, spread evenly over the sub-envs, and return their returns and lengths.
+
+    Each sub-env runs a fixed quota, so short episodes are not over-represented. The envs are reset
+    with the same seed every time: successive evaluations see the same start states.
+    """
+    num_envs = envs.num_envs
+    quota = np.full(num_envs, episodes // num_envs)
+    quota[: episodes % num_envs] += 1
+    done_count = np.zeros(num_envs, dtype=int)
+    returns: list[float] = []
+    lengths: list[int] = []
+    obs, _ = envs.reset(seed=seed)
+    while (done_count < quota).any():
+        obs, _, _, _, info = envs.step(agent.predict(obs, deterministic))
+        if "_episode" in info:
+            for i in np.flatnonzero(info["_episode"]):
+                if done_count[i] < quota[i]:
+                    done_count[i] += 1
+                    returns.append(float(info["episode"]["r"][i]))
+                    lengths.append(int(info["episode"]["l"][i]))
+    return returns, lengths

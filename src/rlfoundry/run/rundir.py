@@ -1,0 +1,91 @@
+"""The run directory: its name, provenance, and atomic JSON/YAML writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlfoundry.config.errors import ConfigError
+
+PACKAGES = ("rlfoundry", "torch", "numpy", "gymnasium", "pydantic", "mujoco", "box2d")
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def git_commit() -> dict[str, Any]:
+    """The commit of the rlfoundry source tree, when it is a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if commit.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        )
+        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+
+
+def run_name(env_id: str, variant: str, seed: int) -> str:
+    env = re.sub(r"[^A-Za-z0-9_.-]+", "-", env_id)
+    return f"{time.strftime('%Y%m%d-%H%M%S')}_{env}_{variant}_s{seed}"
+
+
+def new_run_dir(runs_root: str, env_id: str, variant: str, seed: int, explicit: str | None) -> Path:
+    """Pick the run directory without creating it; an explicit one must not hold a run already."""
+    if explicit is not None:
+        path = Path(explicit)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise ConfigError(f"--run-dir {explicit}: already exists and is not empty; choose a new directory")
+        return path
+    base = Path(runs_root) / run_name(env_id, variant, seed)
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file in the same directory, then rename over the target."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=None))

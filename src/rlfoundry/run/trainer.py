@@ -1,0 +1,205 @@
+"""The trainer: one loop for every algorithm, and everything that is not the algorithm.
+
+    loop: agent.iterate(envs) → metrics ; evaluate when due ; log ; stop when done or solved
+
+It owns timing, evaluation, logging, the run directory's files and seeding.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from rlfoundry import envs as envs_lib
+from rlfoundry.algos import ALGORITHMS
+from rlfoundry.config.schema import ExperimentConfig, Provenance
+from rlfoundry.run.evaluate import evaluate
+from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
+from rlfoundry.run.seeding import resolve_device, seed_everything
+from rlfoundry.sinks import CSVSink, TensorBoardSink
+from rlfoundry.sinks.console import ConsoleSink
+
+SUMMARY_KEYS = (
+    "status", "env_id", "algo", "variant", "seed", "total_steps", "wall_time_s", "sps", "train_return_mean",
+    "eval_return_mean", "eval_return_std", "best_eval_return", "solved_at_step", "versions",
+)
+
+
+class RunFailed(Exception):
+    """Training failed at run time; the traceback is in the run's run.log."""
+
+    def __init__(self, run_dir: Path, message: str):
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+def _mean(values) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+class Trainer:
+    def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.console = console or Console(stderr=True)
+        self.device = resolve_device(cfg.train.device)  # a config error: raised before anything is created
+        self.summary: dict[str, Any] = dict.fromkeys(SUMMARY_KEYS)
+        self.summary.update(
+            status="running", env_id=cfg.env.id, algo=cfg.algo.name, variant=cfg.variant, seed=cfg.train.seed,
+            total_steps=0, versions=versions(),
+        )
+        self.log = logging.getLogger(f"rlfoundry.run.{id(self)}")
+
+    # ------------------------------------------------------------------ files
+
+    def _open_run_dir(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.run_dir / "run.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        self.log.addHandler(handler)
+        self.log.setLevel(logging.INFO)
+        self.log.propagate = False
+
+    def _write_config(self, vectorization: str) -> None:
+        git = git_commit()
+        self.cfg.provenance = Provenance(
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), versions=self.summary["versions"], git_commit=git["commit"],
+            git_dirty=git["dirty"], device=str(self.device), torch_threads=self.cfg.train.torch_threads,
+            vectorization=vectorization,
+        )
+        write_yaml(self.run_dir / "config.yaml", self.cfg.model_dump(mode="json", by_alias=True))
+
+    def _write_summary(self) -> None:
+        write_json(self.run_dir / "summary.json", self.summary)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> dict[str, Any]:
+        self._open_run_dir()
+        self._write_summary()
+        sinks: list = []
+        try:
+            self._train(sinks)
+        except KeyboardInterrupt:
+            self.summary["status"] = "stopped"
+            self.log.info("stopped by the user at step %s", self.summary["total_steps"])
+            raise
+        except Exception as exc:
+            self.summary["status"] = "failed"
+            self.log.error("run failed:\n%s", traceback.format_exc())
+            raise RunFailed(self.run_dir, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            for sink in sinks:
+                sink.close()
+            self._write_summary()
+            for handler in list(self.log.handlers):
+                handler.close()
+                self.log.removeHandler(handler)
+        return self.summary
+
+    def _train(self, sinks: list) -> None:
+        cfg = self.cfg
+        seed_everything(cfg.train.seed, cfg.train.torch_threads)
+        gamma = getattr(cfg.algo, "gamma", 0.99)
+        train_envs, spec = envs_lib.make(cfg.env, gamma=gamma)
+        eval_num_envs = cfg.eval.num_envs or min(cfg.eval.episodes, 16)
+        eval_envs, _ = envs_lib.make(cfg.env, eval_num_envs, evaluation=True)
+        self._write_config(spec.vectorization)
+        self.log.info("env %s: %d envs, %s vectorization; device %s, %d torch threads",
+                      cfg.env.id, spec.num_envs, spec.vectorization, self.device, cfg.train.torch_threads)
+        agent = ALGORITHMS[cfg.algo.name](cfg, spec, self.device)
+
+        if cfg.logging.csv:
+            sinks.append(CSVSink(self.run_dir / "metrics.csv"))
+        if cfg.logging.tensorboard:
+            sinks.append(TensorBoardSink(self.run_dir))
+        title = f"{cfg.env.id}:{cfg.variant} s{cfg.train.seed}"
+        sinks.append(ConsoleSink(self.console, title, cfg.train.total_timesteps, cfg.logging.progress))
+
+        total = cfg.train.total_timesteps
+        threshold = cfg.threshold
+        recent = deque(maxlen=cfg.logging.train_return_window)
+        global_step, eval_index = 0, 0
+        next_eval = max(cfg.eval.warmup_steps, cfg.eval.every_steps) if cfg.eval.every_steps else math.inf
+        last_eval_step = -1
+        train_time = 0.0
+        start = time.perf_counter()
+        try:
+            while global_step < total:
+                tick = time.perf_counter()
+                result = agent.iterate(train_envs, global_step / total)
+                iteration_time = time.perf_counter() - tick
+                train_time += iteration_time
+                global_step += result.steps
+                recent.extend(result.episode_returns)
+                row: dict[str, Any] = {
+                    "wall_time": time.perf_counter() - start,
+                    "sps": result.steps / iteration_time,
+                    "sps_run": global_step / train_time,
+                    "train/episode_return": _mean(result.episode_returns),
+                    "train/episode_length": _mean(result.episode_lengths),
+                    "train/episodes": len(result.episode_returns),
+                    "train/return_mean": _mean(recent),
+                    **result.metrics,
+                }
+                finished = global_step >= total
+                if global_step >= next_eval or (finished and cfg.eval.at_end):
+                    row.update(self._evaluate(agent, train_envs, eval_envs, global_step))
+                    last_eval_step = global_step
+                    eval_index += 1
+                    while next_eval <= global_step:
+                        next_eval += cfg.eval.every_steps
+                self._check_finite(row, global_step)
+                self.summary.update(total_steps=global_step, train_return_mean=_mean(recent),
+                                    wall_time_s=time.perf_counter() - start)
+                for sink in sinks:
+                    sink.write(global_step, row)
+                if row.get("eval/return_mean") is not None:
+                    self._write_summary()
+                solved = self.summary["solved_at_step"] is not None
+                if solved and cfg.eval.stop_at_threshold:
+                    self.log.info("solved: evaluation return %.2f ≥ %.2f at step %d",
+                                  row["eval/return_mean"], threshold, global_step)
+                    break
+            if cfg.eval.at_end and last_eval_step != global_step:
+                row = self._evaluate(agent, train_envs, eval_envs, global_step)
+                for sink in sinks:
+                    sink.write(global_step, row)
+        finally:
+            wall = time.perf_counter() - start
+            self.summary.update(wall_time_s=wall, sps=global_step / wall if wall > 0 else None)
+            train_envs.close()
+            eval_envs.close()
+        self.summary["status"] = "finished"
+        self.log.info("finished: %d steps in %.1f s (%.0f steps/s); eval return %s",
+                      global_step, wall, global_step / wall, self.summary["eval_return_mean"])
+
+    def _evaluate(self, agent, train_envs, eval_envs, step: int) -> dict[str, float]:
+        tick = time.perf_counter()
+        envs_lib.copy_obs_stats(train_envs, eval_envs)
+        cfg = self.cfg
+        returns, lengths = evaluate(agent, eval_envs, cfg.eval.episodes, cfg.train.seed + cfg.eval.seed_offset,
+                                    cfg.eval.deterministic)
+        mean, std = float(np.mean(returns)), float(np.std(returns))
+        best = self.summary["best_eval_return"]
+        best = mean if best is None else max(best, mean)
+        self.summary.update(eval_return_mean=mean, eval_return_std=std, best_eval_return=best)
+        threshold = cfg.threshold
+        if threshold is not None and mean >= threshold and self.summary["solved_at_step"] is None:
+            self.summary["solved_at_step"] = step
+        self.log.info("eval at step %d: return %.2f ± %.2f over %d episodes", step, mean, std, len(returns))
+        return {"eval/return_mean": mean, "eval/return_std": std, "eval/length_mean": float(np.mean(lengths)),
+                "eval/best_return": best, "time/eval": time.perf_counter() - tick}
+
+    def _check_finite(self, row: dict[str, Any], step: int) -> None:
+        for key, value in row.items():
+            if key.startswith("loss/") and isinstance(value, float) and not math.isfinite(value):
+                raise FloatingPointError(f"{key} is {value} at step {step}: training diverged")

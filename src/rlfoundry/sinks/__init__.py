@@ -1,0 +1,6 @@
+"""Where metrics go: CSV, TensorBoard, the console. Each sink has `write(step, metrics)` and `close()`."""
+
+from rlfoundry.sinks.csv import CSVSink
+from rlfoundry.sinks.tensorboard import TensorBoardSink
+
+__all__ = ["CSVSink", "TensorBoardSink"]

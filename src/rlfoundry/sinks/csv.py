@@ -1,0 +1,50 @@
+"""metrics.csv: one row per iteration; a key seen for the first time widens the header."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+# Always present, so every run's file has the same leading columns.
+LEADING = ("global_step", "wall_time", "sps", "train/episode_return", "train/episode_length", "train/episodes",
+           "eval/return_mean", "eval/return_std", "eval/length_mean")
+
+
+class CSVSink:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.columns: list[str] = list(LEADING)
+        self.rows: list[dict[str, float]] = []
+        self.handle = None
+
+    def _format(self, value) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, float):
+            return repr(value)
+        return str(value)
+
+    def _rewrite(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        self.handle = self.path.open("w", newline="")
+        self.writer = csv.writer(self.handle)
+        self.writer.writerow(self.columns)
+        for row in self.rows:
+            self.writer.writerow([self._format(row.get(c)) for c in self.columns])
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"global_step": step, **metrics}
+        self.rows.append(row)
+        new = [key for key in row if key not in self.columns]
+        if new or self.handle is None:
+            self.columns += sorted(new)
+            self._rewrite()
+        else:
+            self.writer.writerow([self._format(row.get(c)) for c in self.columns])
+        self.handle.flush()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
