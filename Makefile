@@ -1,0 +1,35 @@
+# Two commands are all the set-up there is: `make demo` and `make test` create .venv when missing.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@echo "installing the pinned set into $(VENV) (torch first, CPU build)..."
+	$(PIP) torch==2.13.0 -c constraints.txt
+	$(PIP) -e ".[dev]" -c constraints.txt
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/rlfoundry train CartPole-v1:ppo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+$(VENV)/.bench: $(STAMP)
+	$(PIP) -e ".[dev,bench]" -c constraints.txt
+	@touch $@
+
+bench: $(VENV)/.bench
+	$(PY) benchmarks/ppo_cartpole_vs_sb3.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
