@@ -3,7 +3,8 @@
 Both frameworks use rl-zoo3's tuned CartPole-v1 PPO settings: 8 envs, n_steps 32, one minibatch of 256,
 20 epochs, gamma 0.98, gae_lambda 0.8, lr linear 1e-3 -> 0, clip range linear 0.2 -> 0, ent_coef 0,
 separate 64x64 tanh actor and critic (SB3's MlpPolicy default; rlfoundry's CartPole-v1:ppo preset).
-Both run on the CPU with synchronous in-process vector envs and the same torch thread count.
+Both run on the CPU, in one process, with the same torch thread count; each uses its own default
+vector env (rlfoundry: Gymnasium's numpy CartPole vector env; SB3: its DummyVecEnv).
 
 Two measurements per framework and seed:
   1. throughput: train --steps env steps with no evaluation; steps/s = steps / wall time of training
@@ -41,7 +42,7 @@ def run_rlfoundry(seed: int, steps: int, threads: int, solve: bool, tmp: Path) -
 
     overrides = [
         f"train.seed={seed}", "train.device=cpu", f"train.torch_threads={threads}", f"train.total_timesteps={steps}",
-        "env.vectorization=sync", "logging.progress=false", "logging.tensorboard=false", f"logging.runs_root={tmp}",
+        "logging.progress=false", "logging.tensorboard=false", f"logging.runs_root={tmp}",
         "eval.at_end=false",
     ]
     if solve:
