@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator
 from torch import nn
 
 from rlfoundry.algos.base import Agent, Iteration
@@ -50,6 +50,20 @@ class PPOConfig(StrictModel):
     target_kl: float | None = Field(None, gt=0, description="Stop the epochs when approx KL > 1.5 × this.")
     norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
     adam_eps: float = Field(1e-5, gt=0, description="Adam ε.")
+
+    @field_validator("lr", "clip_coef")
+    @classmethod
+    def _positive(cls, schedule: Schedule) -> Schedule:
+        # a linear schedule may end at 0 (the lin_<start> shorthand does)
+        schedule.at_least(0.0, inclusive=schedule.kind == "linear")
+        if schedule.start <= 0:
+            raise ValueError(f"must start > 0, got {schedule.start}")
+        return schedule
+
+    @field_validator("ent_coef")
+    @classmethod
+    def _non_negative(cls, schedule: Schedule) -> Schedule:
+        return schedule.at_least(0.0, inclusive=True)
 
     def check_with(self, num_envs: int) -> None:
         if isinstance(self.minibatch_size, float) and not 0 < self.minibatch_size <= 1:

@@ -1,7 +1,27 @@
 """The base of every config section: closed (unknown keys are errors) and validated on assignment."""
 
-from pydantic import BaseModel, ConfigDict
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+
+def _allows_bool(annotation: Any) -> bool:
+    if annotation in (bool, Any):
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_allows_bool(arg) for arg in typing.get_args(annotation))
+    return False
 
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads true/false as 1/0; a boolean where a number belongs is a mistake.
+        if isinstance(value, bool) and not _allows_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected {cls.model_fields[info.field_name].annotation}, got a boolean")
+        return value

@@ -227,8 +227,8 @@ def load_config(spec: str, overrides: list[str] | None = None) -> ExperimentConf
         if base_spec is not None:
             data = deep_merge(spec_layers(str(base_spec)), experiment)
         else:
-            env_id = check_env_id((experiment.get("env") or {}).get("id"))
-            algo = (experiment.get("algo") or {}).get("name", "ppo")
+            env_id = check_env_id(_section(experiment, "env").get("id"))
+            algo = _section(experiment, "algo").get("name", "ppo")
             data = deep_merge(generic_layers(env_id, algo), experiment)
     else:
         data = spec_layers(spec)
@@ -236,17 +236,32 @@ def load_config(spec: str, overrides: list[str] | None = None) -> ExperimentConf
     return validate(data)
 
 
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    value = data.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} = {value!r}: must be a section (a mapping of keys), e.g. {name}: {{...}}")
+    return value
+
+
 def validate(data: dict[str, Any]) -> ExperimentConfig:
     data = copy.deepcopy(data)
-    algo = data.get("algo") or {}
-    name = algo.get("name", "ppo") if isinstance(algo, dict) else None
+    for name in SECTIONS:
+        _section(data, name)
+    name = _section(data, "algo").get("name", "ppo")
     if name not in ALGO_CONFIGS:
         raise ConfigError(f"algo.name = {name!r}: unknown algorithm; available: {', '.join(ALGO_CONFIGS)}")
-    check_env_id((data.get("env") or {}).get("id"))
+    check_env_id(_section(data, "env").get("id"))
     try:
-        return ExperimentConfig.model_validate(data)
+        cfg = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, data)) from None
+    # Build one env now, so bad env.kwargs or an unsupported space is a config error, before any run dir.
+    from rlfoundry.envs import make_kwargs, probe_spaces
+
+    probe_spaces(cfg.env.id, make_kwargs(cfg.env))
+    return cfg
 
 
 # ---------------------------------------------------------------- error messages

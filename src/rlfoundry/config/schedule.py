@@ -6,6 +6,7 @@ No code is ever evaluated from a config string: `lin_3e-4` is parsed as a number
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
@@ -42,6 +43,19 @@ class Schedule(BaseModel):
                     f"expected a number, 'lin_<start>' or {{kind, start, end}}, got {value!r}"
                 ) from None
         return value
+
+    @model_validator(mode="after")
+    def _finite(self) -> "Schedule":
+        if not (math.isfinite(self.start) and math.isfinite(self.end)):
+            raise ValueError("schedule values must be finite numbers")
+        return self
+
+    def at_least(self, low: float, inclusive: bool) -> "Schedule":
+        """Raise unless every value of the schedule is ≥ low (or > low when not inclusive)."""
+        for value in (self.start, self.end if self.kind == "linear" else self.start):
+            if value < low or (value == low and not inclusive):
+                raise ValueError(f"must be {'≥' if inclusive else '>'} {low} over the whole schedule, got {value}")
+        return self
 
     def __call__(self, progress: float) -> float:
         if self.kind == "constant":

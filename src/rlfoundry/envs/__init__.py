@@ -72,7 +72,8 @@ def probe_spaces(env_id: str, kwargs: dict | None = None) -> tuple[spaces.Space,
     try:
         env = gym.make(env_id, **(kwargs or {}))
     except Exception as exc:  # any failure to build is the user's id or kwargs
-        raise ConfigError(f"env.id = '{env_id}': cannot be created: {exc}") from None
+        shown = f" with env.kwargs {kwargs}" if kwargs else ""
+        raise ConfigError(f"env.id = '{env_id}': cannot be created{shown}: {exc}") from None
     try:
         check_spaces(env_id, env.observation_space, env.action_space)
         return env.observation_space, env.action_space
@@ -102,12 +103,12 @@ def choose_vectorization(env_cfg, num_envs: int) -> str:
     if gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs:
         return "vector_entry_point"
     if num_envs >= 2 and (os.cpu_count() or 1) >= 2:
-        if _step_seconds(env_cfg.id, _make_kwargs(env_cfg)) * num_envs >= ASYNC_STEP_SECONDS:
+        if _step_seconds(env_cfg.id, make_kwargs(env_cfg)) * num_envs >= ASYNC_STEP_SECONDS:
             return "async"
     return "sync"
 
 
-def _make_kwargs(env_cfg) -> dict:
+def make_kwargs(env_cfg) -> dict:
     kwargs = dict(env_cfg.kwargs)
     if env_cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = env_cfg.max_episode_steps
@@ -115,7 +116,7 @@ def _make_kwargs(env_cfg) -> dict:
 
 
 def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None) -> VectorEnv:
-    kwargs = _make_kwargs(env_cfg)
+    kwargs = make_kwargs(env_cfg)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     if mode == "vector_entry_point":
