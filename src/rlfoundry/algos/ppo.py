@@ -28,8 +28,10 @@ from pydantic import Field, PositiveInt, field_validator
 from torch import nn
 
 from rlfoundry.algos.base import Agent, Iteration
+from rlfoundry.buffers.rollout import RolloutCollector, gae
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
+from rlfoundry.nets import build_actor_critic
 
 
 class PPOConfig(StrictModel):
@@ -139,8 +141,6 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
 
 class PPO(Agent):
     def __init__(self, cfg, spec, device: torch.device):
-        from rlfoundry.nets import build_actor_critic
-
         self.cfg, self.spec, self._device = cfg, spec, device
         self.algo: PPOConfig = cfg.algo
         self.policy = build_actor_critic(spec, cfg.network).to(device)
@@ -157,8 +157,6 @@ class PPO(Agent):
         return self._device
 
     def iterate(self, envs, progress: float) -> Iteration:
-        from rlfoundry.buffers.rollout import RolloutCollector, gae
-
         if self.collector is None:
             self.collector = RolloutCollector(envs, self.spec, self.algo.num_steps, self.device, self.cfg.train.seed)
         algo = self.algo

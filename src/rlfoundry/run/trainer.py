@@ -127,7 +127,7 @@ class Trainer:
         total = cfg.train.total_timesteps
         threshold = cfg.threshold
         recent = deque(maxlen=cfg.logging.train_return_window)
-        global_step, eval_index = 0, 0
+        global_step = 0
         next_eval = max(cfg.eval.warmup_steps, cfg.eval.every_steps) if cfg.eval.every_steps else math.inf
         last_eval_step = -1
         train_time = 0.0
@@ -154,7 +154,6 @@ class Trainer:
                 if global_step >= next_eval or (finished and cfg.eval.at_end):
                     row.update(self._evaluate(agent, train_envs, eval_envs, global_step))
                     last_eval_step = global_step
-                    eval_index += 1
                     while next_eval <= global_step:
                         next_eval += cfg.eval.every_steps
                 self._check_finite(row, global_step)
