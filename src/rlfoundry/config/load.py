@@ -316,7 +316,7 @@ def format_validation_error(exc: ValidationError, data: dict[str, Any]) -> str:
             model = _model_at(path[:-1])
             allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []
             lines.append(
-                f"{key}: unknown key{_did_you_mean(path[-1], allowed)}"
+                f"{key} = {error.get('input')!r}: unknown key{_did_you_mean(path[-1], allowed)}"
                 + (f"; allowed: {', '.join(allowed)}" if allowed else "")
             )
         elif error["type"] == "missing":
