@@ -82,6 +82,7 @@ class PPOConfig(StrictModel):
         return self.minibatch_size
 
     def num_minibatches(self, num_envs: int) -> int:
+        """Minibatches per epoch for a full rollout (reset rows, which are dropped, make it slightly fewer)."""
         return max(1, round(num_envs * self.num_steps / self.minibatch_samples(num_envs)))
 
     @staticmethod

@@ -21,7 +21,7 @@ from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
 
-# Gymnasium ids whose single-env step is slow enough that worker processes pay off when `auto`.
+# `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
 ASYNC_STEP_SECONDS = 2e-3
 
 
