@@ -56,16 +56,17 @@ class PPOConfig(StrictModel):
     @field_validator("lr", "clip_coef")
     @classmethod
     def _positive(cls, schedule: Schedule) -> Schedule:
-        # a linear schedule may end at 0 (the lin_<start> shorthand does)
-        schedule.at_least(0.0, inclusive=schedule.kind == "linear")
-        if schedule.start <= 0:
-            raise ValueError(f"must start > 0, got {schedule.start}")
+        # must start > 0; a linear schedule may end at 0 (the lin_<start> shorthand does)
+        if schedule.start <= 0 or min(schedule.values) < 0:
+            raise ValueError(f"must start > 0 and never go below 0, got {schedule.values}")
         return schedule
 
     @field_validator("ent_coef")
     @classmethod
     def _non_negative(cls, schedule: Schedule) -> Schedule:
-        return schedule.at_least(0.0, inclusive=True)
+        if min(schedule.values) < 0:
+            raise ValueError(f"must be ≥ 0 over the whole schedule, got {schedule.values}")
+        return schedule
 
     def check_with(self, num_envs: int) -> None:
         if isinstance(self.minibatch_size, float) and not 0 < self.minibatch_size <= 1:

@@ -50,12 +50,10 @@ class Schedule(BaseModel):
             raise ValueError("schedule values must be finite numbers")
         return self
 
-    def at_least(self, low: float, inclusive: bool) -> "Schedule":
-        """Raise unless every value of the schedule is ≥ low (or > low when not inclusive)."""
-        for value in (self.start, self.end if self.kind == "linear" else self.start):
-            if value < low or (value == low and not inclusive):
-                raise ValueError(f"must be {'≥' if inclusive else '>'} {low} over the whole schedule, got {value}")
-        return self
+    @property
+    def values(self) -> tuple[float, ...]:
+        """The values the schedule takes at its ends (its extremes: schedules are monotone)."""
+        return (self.start,) if self.kind == "constant" else (self.start, self.end)
 
     def __call__(self, progress: float) -> float:
         if self.kind == "constant":

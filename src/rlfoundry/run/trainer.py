@@ -129,7 +129,6 @@ class Trainer:
         recent = deque(maxlen=cfg.logging.train_return_window)
         global_step = 0
         next_eval = max(cfg.eval.warmup_steps, cfg.eval.every_steps) if cfg.eval.every_steps else math.inf
-        last_eval_step = -1
         train_time = 0.0
         start = time.perf_counter()
         try:
@@ -150,10 +149,9 @@ class Trainer:
                     "train/return_mean": _mean(recent),
                     **result.metrics,
                 }
-                finished = global_step >= total
+                finished = global_step >= total  # the final evaluation happens in this row
                 if global_step >= next_eval or (finished and cfg.eval.at_end):
                     row.update(self._evaluate(agent, train_envs, eval_envs, global_step))
-                    last_eval_step = global_step
                     while next_eval <= global_step:
                         next_eval += cfg.eval.every_steps
                 self._check_finite(row, global_step)
@@ -168,10 +166,6 @@ class Trainer:
                     self.log.info("solved: evaluation return %.2f ≥ %.2f at step %d",
                                   row["eval/return_mean"], threshold, global_step)
                     break
-            if cfg.eval.at_end and last_eval_step != global_step:
-                row = self._evaluate(agent, train_envs, eval_envs, global_step)
-                for sink in sinks:
-                    sink.write(global_step, row)
         finally:
             wall = time.perf_counter() - start
             self.summary.update(wall_time_s=wall, sps=global_step / wall if wall > 0 else None)
