@@ -95,7 +95,7 @@ class RolloutCollector:
     def __init__(self, envs: VectorEnv, spec: EnvSpec, num_steps: int, device: torch.device, seed: int):
         self.envs, self.spec, self.num_steps, self.device = envs, spec, num_steps, device
         shape = (num_steps, spec.num_envs)
-        self.obs = np.zeros(shape + spec.obs_shape, dtype=np.float32)
+        self.obs = np.zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)
         self.rewards = np.zeros(shape, dtype=np.float32)
         self.terminated = np.zeros(shape, dtype=np.float32)
         self.truncated = np.zeros(shape, dtype=np.float32)
@@ -142,7 +142,7 @@ class RolloutCollector:
                     stats.episode_returns.extend(info["episode"]["r"][ended].tolist())
                     stats.episode_lengths.extend(info["episode"]["l"][ended].tolist())
             start = clock()
-            last_value = policy.value(self._tensor(np.asarray(self.next_obs, dtype=np.float32)))
+            last_value = policy.value(self._tensor(np.asarray(self.next_obs, dtype=self.obs.dtype)))
             stats.time_act += clock() - start
         rollout = Rollout(
             obs=self._tensor(self.obs),

@@ -35,8 +35,22 @@ class EnvConfig(StrictModel):
 
 
 class NetworkConfig(StrictModel):
-    encoder: Literal["mlp"] = Field("mlp", description="Observation encoder.")
-    hidden_sizes: list[PositiveInt] = Field(default_factory=lambda: [64, 64], description="MLP layer widths.")
+    encoder: Literal["mlp", "nature_cnn", "impala_cnn", "minigrid"] = Field(
+        "mlp",
+        description="Observation encoder: mlp (vectors), nature_cnn or impala_cnn (pixels, channel-first), "
+        "minigrid (MiniGrid's symbolic [3, H, W] grids).",
+    )
+    hidden_sizes: list[PositiveInt] = Field(
+        default_factory=lambda: [64, 64],
+        description="MLP layer widths; for the image encoders, the linear layers after the convolutions.",
+    )
+    impala_channels: list[PositiveInt] = Field(
+        default_factory=lambda: [16, 32, 32], description="Channels of each IMPALA-ResNet stage (Espeholt et al. 2018)."
+    )
+    grid_embedding_dim: PositiveInt = Field(32, description="Embedding width of MiniGrid's cell indices (BabyAI 1.1).")
+    grid_channels: list[PositiveInt] = Field(
+        default_factory=lambda: [32, 64], description="Channels of the minigrid encoder's 3×3 convolutions."
+    )
     activation: Literal["tanh", "relu", "elu", "silu"] = "tanh"
     core: Literal["identity"] = Field("identity", description="Memory core between encoder and heads.")
     shared: bool = Field(False, description="One trunk for policy and value (true) or one each (false).")

@@ -43,6 +43,13 @@ class EnvSpec:
     def discrete(self) -> bool:
         return isinstance(self.action_space, spaces.Discrete)
 
+    @property
+    def obs_dtype(self) -> np.dtype:
+        """How observations are stored and fed to the network: integer frames and grids keep their
+        dtype (uint8 until the network); everything else becomes float32."""
+        dtype = np.dtype(self.observation_space.dtype)
+        return dtype if np.issubdtype(dtype, np.integer) else np.dtype(np.float32)
+
 
 def register_optional_families() -> None:
     """Register ids of optional env packages (Atari, MiniGrid) when they are installed."""

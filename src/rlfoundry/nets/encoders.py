@@ -1,13 +1,23 @@
-"""Observation encoders: map a batch of observations [N, *obs_shape] to features [N, H]."""
+"""Observation encoders: map a batch of observations [N, *obs_shape] to features [G, N, H].
+
+`G` is the number of trunks (groups) that read the same observation: 1 when policy and value share
+a trunk, 2 when each has its own. Every encoder takes `(obs_shape, net_cfg, groups)`.
+
+The MLP evaluates its G trunks as one batched network with a hand-written backward pass. Small
+actor-critic MLPs are bound by per-operation cost on the CPU, not by arithmetic: stacking the trunks
+halves the operations, and the explicit backward replaces a dozen autograd nodes with one.
+`tests/unit/test_encoders.py` checks the backward against autograd (gradcheck, float64).
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+from rlfoundry.nets.cnn import CNN_ENCODERS
 
 
 def orthogonal_(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -16,24 +26,89 @@ def orthogonal_(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
-class MLPEncoder(nn.Module):
-    """Flatten, then Linear + activation per hidden size."""
+def _tanh_(z: torch.Tensor) -> torch.Tensor:
+    # tanh(z) = 2·sigmoid(2z) − 1. In the torch 2.13 CPU build tanh is not vectorised: on a 256×128
+    # batch it takes 79 µs against 9 µs for sigmoid (AVX-512), and it dominated the PPO update.
+    return z.mul_(2).sigmoid_().mul_(2).sub_(1)
 
-    def __init__(self, obs_shape: tuple[int, ...], hidden_sizes: list[int], activation: str, ortho_init: bool):
+
+# name: (activation applied in place to a fresh pre-activation, its derivative written in terms of
+# the activation's *output*, or None when the output does not determine it).
+ACTIVATIONS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor] | None]] = {
+    "tanh": (_tanh_, lambda y: 1 - y.square()),
+    "relu": (torch.relu_, lambda y: (y > 0).to(y.dtype)),
+    "elu": (nn.functional.elu_, lambda y: torch.where(y > 0, 1.0, y + 1)),
+    "silu": (nn.functional.silu, None),  # runs under autograd, so not in place
+}
+
+
+def _stacked_forward(x: torch.Tensor, weights, biases, activation: str) -> list[torch.Tensor]:
+    """Inputs and outputs of every layer: [x as [G, N, D], h1, ..., hL], each [G, N, ·]."""
+    act = ACTIVATIONS[activation][0]
+    layers = [x.expand(weights[0].shape[0], *x.shape) if weights else x.unsqueeze(0)]
+    for weight, bias in zip(weights, biases):
+        layers.append(act(torch.baddbmm(bias, layers[-1], weight)))
+    return layers
+
+
+class _StackedMLPFunction(torch.autograd.Function):
+    """G MLPs (weights [G, in, out], biases [G, 1, out]) on one input, backward written out."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, activation: str, *params: torch.Tensor) -> torch.Tensor:
+        weights, biases = params[: len(params) // 2], params[len(params) // 2 :]
+        layers = _stacked_forward(x, weights, biases, activation)
+        ctx.activation = activation
+        ctx.save_for_backward(*layers, *weights)
+        return layers[-1]
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        saved = ctx.saved_tensors
+        depth = len(saved) // 2
+        layers, weights = saved[: depth + 1], saved[depth + 1 :]
+        derivative = ACTIVATIONS[ctx.activation][1]
+        grad_w, grad_b = [None] * depth, [None] * depth
+        for i in reversed(range(depth)):
+            grad = grad * derivative(layers[i + 1])  # through the activation: dL/dz
+            grad_w[i] = torch.bmm(layers[i].transpose(1, 2), grad)
+            grad_b[i] = grad.sum(1, keepdim=True)
+            if i > 0:  # the observation itself needs no gradient
+                grad = torch.bmm(grad, weights[i].transpose(1, 2))
+        return None, None, *grad_w, *grad_b
+
+
+class MLPEncoder(nn.Module):
+    """G MLPs over the flattened observation: Linear + activation per hidden size, per group."""
+
+    def __init__(self, obs_shape: tuple[int, ...], net_cfg, groups: int):
         super().__init__()
-        layers: list[nn.Module] = [nn.Flatten()] if len(obs_shape) > 1 else []
-        width = math.prod(obs_shape)
-        for size in hidden_sizes:
-            linear = nn.Linear(width, size)
-            if ortho_init:
-                orthogonal_(linear, math.sqrt(2))
-            layers += [linear, ACTIVATIONS[activation]()]
-            width = size
-        self.net = nn.Sequential(*layers)
-        self.out_features = width
+        self.activation = net_cfg.activation
+        sizes = [math.prod(obs_shape), *net_cfg.hidden_sizes]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            weight, bias = torch.empty(groups, fan_in, fan_out), torch.empty(groups, 1, fan_out)
+            for g in range(groups):
+                if net_cfg.ortho_init:
+                    nn.init.orthogonal_(weight[g], math.sqrt(2))
+                    nn.init.zeros_(bias[g])
+                else:  # nn.Linear's default: U(±1/√fan_in) for weight and bias
+                    bound = 1 / math.sqrt(fan_in)
+                    nn.init.uniform_(weight[g], -bound, bound)
+                    nn.init.uniform_(bias[g], -bound, bound)
+            self.weights.append(weight)
+            self.biases.append(bias)
+        self.groups = groups
+        self.out_features = sizes[-1]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs)
+        x = obs.flatten(1).float()
+        weights, biases = list(self.weights), list(self.biases)
+        if torch.is_grad_enabled() and weights and ACTIVATIONS[self.activation][1] is not None:
+            return _StackedMLPFunction.apply(x, self.activation, *weights, *biases)
+        out = _stacked_forward(x, weights, biases, self.activation)[-1]
+        return out if weights else out.expand(self.groups, *x.shape)
 
 
-ENCODERS: dict[str, type[nn.Module]] = {"mlp": MLPEncoder}
+ENCODERS: dict[str, type[nn.Module]] = {"mlp": MLPEncoder, **CNN_ENCODERS}

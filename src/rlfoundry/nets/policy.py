@@ -13,22 +13,6 @@ from rlfoundry.nets.encoders import ENCODERS
 from rlfoundry.nets.heads import CategoricalHead, GaussianHead, ValueHead
 
 
-class Trunk(nn.Module):
-    """encoder → core. Feed-forward use passes [N, ...] observations; the core sees them as T=1."""
-
-    def __init__(self, spec: EnvSpec, net_cfg):
-        super().__init__()
-        self.encoder = ENCODERS[net_cfg.encoder](
-            spec.obs_shape, net_cfg.hidden_sizes, net_cfg.activation, net_cfg.ortho_init
-        )
-        self.core = CORES[net_cfg.core](self.encoder.out_features)
-        self.out_features = self.core.out_features
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features, _ = self.core(self.encoder(obs).unsqueeze(0), None, None)
-        return features.squeeze(0)
-
-
 class PolicyOutput(NamedTuple):
     actions: torch.Tensor
     logprobs: torch.Tensor
@@ -36,23 +20,27 @@ class PolicyOutput(NamedTuple):
 
 
 class ActorCritic(nn.Module):
+    """encoder → core → heads. With `shared: false` the actor and the critic each get their own
+    trunk (encoder group and core); the encoder evaluates both groups in one batched pass."""
+
     def __init__(self, spec: EnvSpec, net_cfg):
         super().__init__()
-        self.actor_trunk = Trunk(spec, net_cfg)
-        self.critic_trunk = self.actor_trunk if net_cfg.shared else Trunk(spec, net_cfg)
-        width = self.actor_trunk.out_features
+        groups = 1 if net_cfg.shared else 2
+        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, groups)
+        self.cores = nn.ModuleList(CORES[net_cfg.core](self.encoder.out_features) for _ in range(groups))
+        width = self.cores[0].out_features
         if spec.discrete:
             self.pi: CategoricalHead | GaussianHead = CategoricalHead(width, int(spec.action_space.n), net_cfg.ortho_init)
         else:
             action_dim = int(spec.action_space.shape[0])
             self.pi = GaussianHead(width, action_dim, net_cfg.ortho_init, net_cfg.log_std_init)
         self.v = ValueHead(width, net_cfg.ortho_init)
-        self.shared = net_cfg.shared
 
     def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        actor = self.actor_trunk(obs)
-        critic = actor if self.shared else self.critic_trunk(obs)
-        return actor, critic
+        """(actor features, critic features) [N, H]; feed-forward use: the cores see T = 1."""
+        encoded = self.encoder(obs)  # [G, N, H]
+        features = [core(x.unsqueeze(0), None, None)[0].squeeze(0) for core, x in zip(self.cores, encoded)]
+        return features[0], features[-1]
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput:
         actor, critic = self._features(obs)
@@ -62,10 +50,10 @@ class ActorCritic(nn.Module):
 
     def predict(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         """Actions only (evaluation, play)."""
-        return self.pi.sample(self.pi(self.actor_trunk(obs)), deterministic)
+        return self.pi.sample(self.pi(self._features(obs)[0]), deterministic)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.v(self.critic_trunk(obs))
+        return self.v(self._features(obs)[1])
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-probabilities of `actions`, entropies, values) with gradients, for the update."""
