@@ -87,11 +87,19 @@ class PPOConfig(StrictModel):
         return max(1, round(num_envs * self.num_steps / self.minibatch_samples(num_envs)))
 
     @staticmethod
-    def defaults_for(action_space) -> dict[str, Any]:
-        """Defaults for an env without a preset: CleanRL's ppo.py settings for discrete actions and
-        ppo_continuous_action.py settings (with normalisation) for continuous ones."""
+    def defaults_for(observation_space, action_space) -> dict[str, Any]:
+        """Defaults for an env without a preset: CleanRL's settings — ppo_atari.py for image
+        observations, ppo.py for other discrete-action envs, ppo_continuous_action.py (with
+        normalisation) for continuous actions."""
         from gymnasium import spaces
 
+        if len(observation_space.shape) == 3:
+            return {
+                "env": {"num_envs": 8},
+                "algo": {"num_steps": 128, "lr": "lin_2.5e-4", "clip_coef": "lin_0.1", "ent_coef": 0.01,
+                         "minibatch_size": 0.25, "update_epochs": 4},
+                "train": {"total_timesteps": 10_000_000},
+            }
         if isinstance(action_space, spaces.Discrete):
             return {"env": {"num_envs": 4}, "algo": {"num_steps": 128, "lr": "lin_2.5e-4", "ent_coef": 0.01}}
         return {

@@ -17,6 +17,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlfoundry.envs import EnvSpec
+from rlfoundry.run.seeding import env_seed
 
 
 def discounted_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
@@ -100,7 +101,7 @@ class RolloutCollector:
         self.terminated = np.zeros(shape, dtype=np.float32)
         self.truncated = np.zeros(shape, dtype=np.float32)
         self.valid = np.zeros(shape, dtype=bool)
-        self.next_obs, _ = envs.reset(seed=seed)
+        self.next_obs, _ = envs.reset(seed=env_seed(seed))
         self.prev_done = np.zeros(spec.num_envs, dtype=bool)
         if spec.discrete:
             self.low = self.high = None

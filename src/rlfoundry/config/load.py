@@ -170,6 +170,19 @@ def check_env_id(env_id: Any) -> str:
     return env_id
 
 
+def default_network(env_id: str, observation_space) -> dict[str, Any]:
+    """The encoder an id's observations call for: vectors → MLP (the schema default), MiniGrid's symbolic
+    grids → the grid encoder, uint8 images → Nature CNN with a 512-unit layer, one trunk for policy and value
+    (Mnih et al. 2015, as CleanRL's ppo_atari.py)."""
+    from rlfoundry.envs import is_image_space, is_minigrid
+
+    if not is_image_space(observation_space):
+        return {}
+    if is_minigrid(env_id):
+        return {"encoder": "minigrid", "hidden_sizes": [64]}
+    return {"encoder": "nature_cnn", "hidden_sizes": [512], "shared": True}
+
+
 def generic_layers(env_id: str, algo: str) -> dict[str, Any]:
     """Defaults for an id without a preset, chosen from its spaces (see each algo's `defaults_for`)."""
     import gymnasium as gym
@@ -181,9 +194,10 @@ def generic_layers(env_id: str, algo: str) -> dict[str, Any]:
             f"variant '{algo}': {env_id} has no preset, so the variant must be an algorithm"
             f"{_did_you_mean(algo, ALGO_CONFIGS)}; available: {', '.join(ALGO_CONFIGS)}"
         )
-    _, action_space = probe_spaces(env_id)
-    layers: dict[str, Any] = deep_merge(ALGO_CONFIGS[algo].defaults_for(action_space), {"variant": algo})
-    layers = deep_merge(layers, {"env": {"id": env_id}, "algo": {"name": algo}})
+    observation_space, action_space = probe_spaces(env_id)
+    layers: dict[str, Any] = ALGO_CONFIGS[algo].defaults_for(observation_space, action_space)
+    layers = deep_merge(layers, {"network": default_network(env_id, observation_space)})
+    layers = deep_merge(layers, {"variant": algo, "env": {"id": env_id}, "algo": {"name": algo}})
     threshold = gym.spec(env_id).reward_threshold
     if threshold is not None:
         layers["solved"] = {"return": float(threshold), "source": f"Gymnasium {env_id} reward_threshold"}
@@ -260,7 +274,7 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
     # Build one env now, so bad env.kwargs or an unsupported space is a config error, before any run dir.
     from rlfoundry.envs import make_kwargs, probe_spaces
 
-    probe_spaces(cfg.env.id, make_kwargs(cfg.env))
+    probe_spaces(cfg.env.id, make_kwargs(cfg.env), env_cfg=cfg.env)
     return cfg
 
 

@@ -18,6 +18,46 @@ from rlfoundry.config.base import StrictModel
 ALGO_CONFIGS: dict[str, type[StrictModel]] = {"ppo": PPOConfig}
 
 
+class MiniGridConfig(StrictModel):
+    """Observation options of MiniGrid (and BabyAI) ids; see `rlfoundry.envs.minigrid`."""
+
+    view: Literal["partial", "full", "rgb_partial", "rgb_full"] = Field(
+        "partial",
+        description="partial: the agent's 7x7 egocentric view, symbolic uint8 [3, 7, 7] (object, colour, state "
+        "indices); full: the whole grid, symbolic [3, height, width]; rgb_partial / rgb_full: the same views as "
+        "uint8 RGB pixels [3, H, W].",
+    )
+    tile_size: PositiveInt = Field(8, description="Pixels per grid cell of the rgb views (8: a 56x56 partial view).")
+
+
+class AtariConfig(StrictModel):
+    """Preprocessing of ALE ids (ALE/<Game>-v5), done by ale_py's AtariVectorEnv; see `rlfoundry.envs.atari`."""
+
+    noop_max: int = Field(30, ge=0, description="Up to this many no-op frames on reset, a random number each time.")
+    frame_skip: PositiveInt = Field(4, description="Emulator frames per agent step (the action repeated).")
+    max_pool: bool = Field(True, description="Observe the max over the last two skipped frames (removes flicker).")
+    episodic_life: bool = Field(
+        True, description="A life loss is a termination for the learner; episode statistics still count whole games."
+    )
+    fire_reset: bool = Field(True, description="Press FIRE on reset and after a life loss, in games that have FIRE.")
+    reward_clipping: bool = Field(
+        True, description="The learner gets sign(reward); episode statistics report the unclipped score."
+    )
+    img_size: PositiveInt = Field(84, description="Frames are resized to img_size x img_size.")
+    grayscale: bool = Field(
+        True, description="Grey frames [frame_stack, H, W]; false: RGB, laid out as [frame_stack * 3, H, W]."
+    )
+    frame_stack: PositiveInt = Field(4, description="The last frame_stack frames form one observation.")
+    repeat_action_probability: float = Field(
+        0.25, ge=0, le=1, description="Sticky actions: each frame repeats the previous action with this probability."
+    )
+    full_action_space: bool = Field(False, description="All 18 actions (true) or the game's minimal action set.")
+    max_episode_frames: PositiveInt = Field(
+        108_000, description="Truncate a game after this many emulator frames (108 000 = 30 min = 27 000 steps)."
+    )
+    num_threads: int = Field(0, ge=0, description="ALE worker threads (0: one per env, at most one per core).")
+
+
 class EnvConfig(StrictModel):
     id: str = Field(description="A registered Gymnasium id, e.g. CartPole-v1.")
     num_envs: PositiveInt = Field(8, description="Parallel environments in the training vector env.")
@@ -32,6 +72,13 @@ class EnvConfig(StrictModel):
     clip_reward: float = Field(10.0, gt=0, description="Clip normalised rewards to ±clip_reward.")
     max_episode_steps: PositiveInt | None = Field(None, description="Override the id's time limit.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for gymnasium.make.")
+    mask_obs: list[int] | None = Field(
+        None,
+        description="Observation indices to hide (a POMDP variant); they are removed, so the observation shrinks. "
+        "E.g. [1, 3] hides CartPole's velocities. Indices are checked against the env's observation.",
+    )
+    minigrid: MiniGridConfig = Field(default_factory=MiniGridConfig, description="MiniGrid ids only: the observation.")
+    atari: AtariConfig = Field(default_factory=AtariConfig, description="ALE ids only: the preprocessing.")
 
 
 class NetworkConfig(StrictModel):

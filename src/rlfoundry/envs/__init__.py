@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +22,9 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.envs import atari
+from rlfoundry.envs.bandits import register_bandits
+from rlfoundry.envs.wrappers import MaskObservation, mask_obs_space
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
 ASYNC_STEP_SECONDS = 2e-3
@@ -40,19 +45,20 @@ class EnvSpec:
         return tuple(self.observation_space.shape)
 
     @property
-    def discrete(self) -> bool:
-        return isinstance(self.action_space, spaces.Discrete)
-
-    @property
     def obs_dtype(self) -> np.dtype:
         """How observations are stored and fed to the network: integer frames and grids keep their
         dtype (uint8 until the network); everything else becomes float32."""
         dtype = np.dtype(self.observation_space.dtype)
         return dtype if np.issubdtype(dtype, np.integer) else np.dtype(np.float32)
 
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.action_space, spaces.Discrete)
+
 
 def register_optional_families() -> None:
-    """Register ids of optional env packages (Atari, MiniGrid) when they are installed."""
+    """Register our `Bandit-*` ids, and the ids of optional env packages (Atari, MiniGrid) when installed."""
+    register_bandits()
     for module in ("ale_py", "minigrid"):
         try:
             __import__(module)
@@ -60,11 +66,22 @@ def register_optional_families() -> None:
             pass
 
 
+def is_minigrid(env_id: str) -> bool:
+    """MiniGrid and BabyAI ids (registered by the minigrid package)."""
+    spec = gym.registry.get(env_id)
+    return spec is not None and isinstance(spec.entry_point, str) and spec.entry_point.startswith("minigrid.")
+
+
+def is_image_space(space: spaces.Space) -> bool:
+    """uint8 [C, H, W] images: they stay uint8 until the network's encoder scales them."""
+    return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
 def check_spaces(env_id: str, observation_space: spaces.Space, action_space: spaces.Space) -> None:
     if not isinstance(observation_space, spaces.Box):
         raise ConfigError(
             f"env.id = '{env_id}': observation space {observation_space} is not supported; "
-            "supported: Box (vectors)"
+            "supported: Box (vectors, uint8 images)"
         )
     if not isinstance(action_space, (spaces.Discrete, spaces.Box)):
         raise ConfigError(
@@ -74,23 +91,69 @@ def check_spaces(env_id: str, observation_space: spaces.Space, action_space: spa
         raise ConfigError(f"env.id = '{env_id}': continuous actions need finite bounds, got {action_space}")
 
 
-def probe_spaces(env_id: str, kwargs: dict | None = None) -> tuple[spaces.Space, spaces.Space]:
-    """The single-env observation and action spaces of an id (builds and closes one env)."""
+def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
+    """Config options that depend on the env's observation space (checked by the probe and by `make`)."""
+    if env_cfg.normalize_obs and is_image_space(observation_space):
+        raise ConfigError(
+            f"env.normalize_obs = true: {env_cfg.id} observes uint8 images {observation_space.shape}, which stay "
+            "uint8 until the network's encoder scales them; allowed: false"
+        )
+    if env_cfg.mask_obs:
+        mask_obs_space(env_cfg.id, observation_space, env_cfg.mask_obs)
+    if env_cfg.minigrid != type(env_cfg.minigrid)() and not is_minigrid(env_cfg.id):
+        shown = env_cfg.minigrid.model_dump()
+        raise ConfigError(f"env.minigrid = {shown}: {env_cfg.id} is not a MiniGrid id; remove the section")
+    if env_cfg.atari != type(env_cfg.atari)() and not atari.is_atari(env_cfg.id):
+        shown = env_cfg.atari.model_dump(exclude_defaults=True)
+        raise ConfigError(f"env.atari = {shown}: {env_cfg.id} is not an ALE id; remove the section")
+
+
+def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
+    """The factory of one single env with its family's single-env wrappers (one per sub-env of a vector env).
+
+    MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view).
+    """
+    if is_minigrid(env_id):
+        from rlfoundry.envs import minigrid
+
+        options = {} if env_cfg is None else env_cfg.minigrid.model_dump()
+        return partial(minigrid.make_env, env_id, kwargs, **options)
+    return partial(gym.make, env_id, **kwargs)
+
+
+def probe_spaces(env_id: str, kwargs: dict | None = None, env_cfg=None) -> tuple[spaces.Space, spaces.Space]:
+    """The single-env observation and action spaces an agent sees for an id (builds and closes one env).
+
+    With `env_cfg` (an `EnvConfig`) its observation options are applied and checked as `make` would: the
+    MiniGrid view, `mask_obs` (the space returned is the masked one), no `normalize_obs` on images.
+    """
+    register_optional_families()
+    if atari.is_atari(env_id):  # only the vector env exists for Atari (rlfoundry.envs.atari)
+        observation_space, action_space = atari.probe_spaces(env_id, kwargs, None if env_cfg is None else env_cfg.atari)
+        if env_cfg is not None:
+            atari.check_options(env_cfg)
+            check_obs_options(env_cfg, observation_space)
+        return observation_space, action_space
     try:
-        env = gym.make(env_id, **(kwargs or {}))
+        env = env_fn(env_id, kwargs or {}, env_cfg)()
     except Exception as exc:  # any failure to build is the user's id or kwargs
         shown = f" with env.kwargs {kwargs}" if kwargs else ""
         raise ConfigError(f"env.id = '{env_id}': cannot be created{shown}: {exc}") from None
     try:
         check_spaces(env_id, env.observation_space, env.action_space)
-        return env.observation_space, env.action_space
+        observation_space = env.observation_space
+        if env_cfg is not None:
+            check_obs_options(env_cfg, observation_space)
+            if env_cfg.mask_obs:
+                observation_space, _ = mask_obs_space(env_id, observation_space, env_cfg.mask_obs)
+        return observation_space, env.action_space
     finally:
         env.close()
 
 
-def _step_seconds(env_id: str, kwargs: dict) -> float:
+def _step_seconds(make_env: Callable[[], gym.Env]) -> float:
     """Median seconds of one random step of a single env: the cost `auto` vectorization compares."""
-    env = gym.make(env_id, **kwargs)
+    env = make_env()
     env.reset(seed=0)
     env.action_space.seed(0)
     times = []
@@ -105,12 +168,14 @@ def _step_seconds(env_id: str, kwargs: dict) -> float:
 
 
 def choose_vectorization(env_cfg, num_envs: int) -> str:
+    if atari.is_atari(env_cfg.id):
+        return "atari"
     if env_cfg.vectorization != "auto":
         return env_cfg.vectorization
     if gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs:
         return "vector_entry_point"
     if num_envs >= 2 and (os.cpu_count() or 1) >= 2:
-        if _step_seconds(env_cfg.id, make_kwargs(env_cfg)) * num_envs >= ASYNC_STEP_SECONDS:
+        if _step_seconds(env_fn(env_cfg.id, make_kwargs(env_cfg), env_cfg)) * num_envs >= ASYNC_STEP_SECONDS:
             return "async"
     return "sync"
 
@@ -118,11 +183,15 @@ def choose_vectorization(env_cfg, num_envs: int) -> str:
 def make_kwargs(env_cfg) -> dict:
     kwargs = dict(env_cfg.kwargs)
     if env_cfg.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = env_cfg.max_episode_steps
+        # MiniGrid's time limit is its own `max_steps` (see rlfoundry.envs.minigrid)
+        kwargs["max_steps" if is_minigrid(env_cfg.id) else "max_episode_steps"] = env_cfg.max_episode_steps
     return kwargs
 
 
 def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None) -> VectorEnv:
+    if atari.is_atari(env_cfg.id):
+        atari.check_options(env_cfg, mode, render_mode)
+        return atari.make_vector_env(env_cfg.id, env_cfg.atari, num_envs)
     kwargs = make_kwargs(env_cfg)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
@@ -132,7 +201,7 @@ def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None)
                 f"env.vectorization = 'vector_entry_point': {env_cfg.id} has none; allowed: auto, sync, async"
             )
         return gym.make_vec(env_cfg.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
-    fns = [lambda: gym.make(env_cfg.id, **kwargs) for _ in range(num_envs)]
+    fns = [env_fn(env_cfg.id, kwargs, env_cfg)] * num_envs
     if mode == "async":
         return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
     return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
@@ -149,16 +218,25 @@ def make(
 ) -> tuple[VectorEnv, EnvSpec]:
     """Build the vector env described by `env_cfg` (an `EnvConfig`) and its `EnvSpec`.
 
-    Wrappers, inner to outer: episode statistics (true returns) → observation normalisation (+clip)
-    → reward normalisation (+clip, training only). Evaluation envs never update the observation
-    statistics; the trainer copies them from the training envs (`copy_obs_stats`).
+    Wrappers, inner to outer: masked observations (`mask_obs`) → episode statistics (true returns)
+    → observation normalisation (+clip) → reward normalisation (+clip, training only). Evaluation envs
+    never update the observation statistics; the trainer copies them from the training envs (`copy_obs_stats`).
     Seeding happens at `reset(seed=...)`: sub-env i gets seed + i.
     """
+    register_optional_families()
     num_envs = num_envs or env_cfg.num_envs
     mode = vectorization or choose_vectorization(env_cfg, num_envs)
     envs = _base_vector_env(env_cfg, num_envs, mode, render_mode)
-    check_spaces(env_cfg.id, envs.single_observation_space, envs.single_action_space)
-    envs = vw.RecordEpisodeStatistics(envs, buffer_length=1)
+    try:
+        check_spaces(env_cfg.id, envs.single_observation_space, envs.single_action_space)
+        check_obs_options(env_cfg, envs.single_observation_space)
+    except ConfigError:
+        envs.close()
+        raise
+    if env_cfg.mask_obs:
+        envs = MaskObservation(envs, env_cfg.mask_obs, env_cfg.id)
+    if not atari.is_atari(env_cfg.id):  # AtariEpisodes records whole games itself
+        envs = vw.RecordEpisodeStatistics(envs, buffer_length=1)
     if env_cfg.normalize_obs:
         envs = vw.NormalizeObservation(envs)
         if evaluation:

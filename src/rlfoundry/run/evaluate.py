@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from rlfoundry.run.seeding import env_seed
+
 
 def evaluate(agent, envs: VectorEnv, episodes: int, seed: int, deterministic: bool = True) -> tuple[list[float], list[int]]:
     """Run exactly `episodes` episodes, spread evenly over the sub-envs, and return their returns and lengths.
@@ -18,7 +20,7 @@ def evaluate(agent, envs: VectorEnv, episodes: int, seed: int, deterministic: bo
     done_count = np.zeros(num_envs, dtype=int)
     returns: list[float] = []
     lengths: list[int] = []
-    obs, _ = envs.reset(seed=seed)
+    obs, _ = envs.reset(seed=env_seed(seed))
     while (done_count < quota).any():
         obs, _, _, _, info = envs.step(agent.predict(obs, deterministic))
         if "_episode" in info:

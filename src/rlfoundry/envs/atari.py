@@ -1,0 +1,210 @@
+"""Atari: `ALE/<Game>-v5` ids run as one `ale_py` `AtariVectorEnv` (C++ threads) wrapped in `AtariEpisodes`.
+
+ALE does the standard preprocessing in C++, set by `env.atari` (`AtariConfig`): up to `noop_max` no-ops and FIRE
+on reset, `frame_skip` repeats with a max over the last two frames, resize to `img_size`, grey, `frame_stack`
+frames, sticky actions (`repeat_action_probability`, 0.25 like the v5 ids; Machado et al. 2018,
+arXiv:1709.06009) and a `max_episode_frames` time limit. The limit counts emulator frames after the reset
+no-ops: 108 000 frames (30 minutes of play) are 27 000 agent steps at frame_skip 4. Frames stay uint8; colour
+frames are laid out channel-first as [frame_stack * 3, H, W] (frame-major, then R, G, B).
+
+Two things are done here instead of inside ALE (checked against ale-py 0.12.1):
+
+- Episodic life (Mnih et al. 2015). ALE's own `episodic_life=True` ends the sub-env's episode on a life loss and
+  its autoreset then restarts the *game* with all lives, so no game ever gets past its first life. We ask for
+  `life_loss_info=True` instead: `terminated` on a life loss while the game goes on, and a real autoreset only on
+  game over or the time limit. The step after a life-loss termination is therefore an ordinary step in ALE;
+  `AtariEpisodes` makes it the NEXT_STEP reset step the rest of rlfoundry expects (see `rlfoundry.envs`): the
+  agent's action is replaced by FIRE (with fire_reset, in games that have it) or NOOP, the step that Baselines'
+  EpisodicLifeEnv + FireResetEnv take when they "reset" after a life loss, and the learner gets reward 0.
+- Reward clipping and episode statistics. ALE returns unclipped rewards; the learner gets sign(reward) (Mnih et
+  al. 2015) and the `episode` info reports the unclipped score and length of whole games (all lives), with the keys
+  of `gymnasium.wrappers.vector.RecordEpisodeStatistics`: `info["episode"]["r" | "l" | "t"]` and the mask
+  `info["_episode"]`. A game's length counts the agent steps that advanced it, life-loss reset steps included;
+  the reset step after game over or the time limit belongs to no game.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.wrappers import vector as vw
+
+from rlfoundry.config.errors import ConfigError
+
+VECTOR_ENTRY_POINT = "ale_py.vector_env:AtariVectorEnv"
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/")
+
+
+def rom_name(env_id: str) -> str:
+    """The snake_case ROM name that AtariVectorEnv takes, from ale_py's registration (ALE/SpaceInvaders-v5 →
+    space_invaders)."""
+    try:
+        import ale_py  # noqa: F401  (registers the ALE/ ids)
+    except ImportError:
+        raise ConfigError(f"env.id = '{env_id}': Atari ids need the ale-py package, which is not installed") from None
+    spec = gym.registry.get(env_id)
+    if spec is None or spec.vector_entry_point != VECTOR_ENTRY_POINT or "game" not in spec.kwargs:
+        known = [name for name, s in gym.registry.items() if s.vector_entry_point == VECTOR_ENTRY_POINT]
+        close = difflib.get_close_matches(env_id, known, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"env.id = '{env_id}': not an ALE id{hint}; Atari ids look like ALE/Breakout-v5")
+    return spec.kwargs["game"]
+
+
+def check_options(env_cfg, mode: str = "atari", render_mode: str | None = None) -> None:
+    """EnvConfig options that mean nothing for ALE ids are errors, not silently ignored."""
+    if render_mode is not None:
+        raise ConfigError(f"render_mode = {render_mode!r}: AtariVectorEnv does not render; allowed: None")
+    if env_cfg.vectorization != "auto" or mode != "atari":
+        shown = env_cfg.vectorization if env_cfg.vectorization != "auto" else mode
+        raise ConfigError(
+            f"env.vectorization = '{shown}': {env_cfg.id} always runs in ale_py's AtariVectorEnv; allowed: auto"
+        )
+    if env_cfg.kwargs:
+        raise ConfigError(
+            f"env.kwargs = {env_cfg.kwargs}: not used for ALE ids; set the options in env.atari "
+            f"(allowed: {', '.join(type(env_cfg.atari).model_fields)})"
+        )
+    if env_cfg.max_episode_steps is not None:
+        raise ConfigError(
+            f"env.max_episode_steps = {env_cfg.max_episode_steps}: not used for ALE ids; "
+            "set env.atari.max_episode_frames (emulator frames; one step is frame_skip frames)"
+        )
+
+
+def make_vector_env(env_id: str, atari_cfg, num_envs: int) -> VectorEnv:
+    """AtariVectorEnv (NEXT_STEP autoreset, unclipped rewards, life-loss terminations) → AtariEpisodes."""
+    from ale_py import Action
+    from ale_py.vector_env import AtariVectorEnv
+
+    game = rom_name(env_id)
+    base = AtariVectorEnv(
+        game,
+        num_envs,
+        num_threads=atari_cfg.num_threads,
+        max_num_frames_per_episode=atari_cfg.max_episode_frames,
+        repeat_action_probability=atari_cfg.repeat_action_probability,
+        full_action_space=atari_cfg.full_action_space,
+        autoreset_mode=AutoresetMode.NEXT_STEP,
+        img_height=atari_cfg.img_size,
+        img_width=atari_cfg.img_size,
+        grayscale=atari_cfg.grayscale,
+        stack_num=atari_cfg.frame_stack,
+        frameskip=atari_cfg.frame_skip,
+        maxpool=atari_cfg.max_pool,
+        noop_max=atari_cfg.noop_max,
+        episodic_life=False,  # it would restart the game on every life loss; see the module docstring
+        life_loss_info=atari_cfg.episodic_life,
+        reward_clipping=False,  # clipped in AtariEpisodes, so the statistics can report the true score
+        use_fire_reset=atari_cfg.fire_reset,
+    )
+    action_set = list(base.ale.get_action_set())
+    fire = atari_cfg.fire_reset and Action.FIRE in action_set
+    reset_action = action_set.index(Action.FIRE if fire else Action.NOOP)
+    envs: VectorEnv = AtariEpisodes(base, atari_cfg.episodic_life, atari_cfg.reward_clipping, reset_action)
+    if not atari_cfg.grayscale:
+        envs = channel_first(envs)
+    return envs
+
+
+def channel_first(envs: VectorEnv) -> VectorEnv:
+    """Colour stacks [N, S, H, W, 3] → [N, S * 3, H, W], the layout the image encoders take."""
+    stack, height, width, colours = envs.single_observation_space.shape
+    shape = (stack * colours, height, width)
+
+    def layout(obs: np.ndarray) -> np.ndarray:
+        return obs.transpose(0, 1, 4, 2, 3).reshape(obs.shape[0], *shape)  # a uint8 copy
+
+    return vw.TransformObservation(envs, layout, single_observation_space=spaces.Box(0, 255, shape, dtype=np.uint8))
+
+
+def probe_spaces(env_id: str, kwargs: dict | None = None, atari_cfg=None) -> tuple[spaces.Space, spaces.Space]:
+    """The single-env observation and action spaces (builds and closes a one-env vector env)."""
+    if kwargs:
+        raise ConfigError(
+            f"env.id = '{env_id}': gymnasium.make keyword arguments {kwargs} (env.kwargs, env.max_episode_steps) "
+            "are not used for ALE ids; set env.atari instead (the time limit: env.atari.max_episode_frames)"
+        )
+    if atari_cfg is None:
+        from rlfoundry.config.schema import AtariConfig  # here: the schema imports modules that import envs
+
+        atari_cfg = AtariConfig()
+    envs = make_vector_env(env_id, atari_cfg, 1)
+    try:
+        return envs.single_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+
+
+class AtariEpisodes(VectorWrapper):
+    """Learner view (clipped rewards, life-loss reset steps) and true game statistics over AtariVectorEnv.
+
+    Per step, all vectorised over sub-envs:
+    - `life_reset` envs lost a life on the previous step (a termination under episodic life): their action
+      becomes `reset_action` and their reward to the learner is 0, but the game's score keeps the reward.
+    - a termination is a life loss when `lives` fell and is still > 0 (ALE's own test); any other termination,
+      and any truncation, ends the game, and ALE resets that sub-env on the next step (`game_reset`).
+    - if a life-loss termination coincided with game over or the time limit, ALE resets after all; the
+      episode frame number falling tells, and that game is reported one step late, on its reset step.
+    """
+
+    def __init__(self, env: VectorEnv, episodic_life: bool, reward_clipping: bool, reset_action: int):
+        super().__init__(env)
+        self.episodic_life, self.reward_clipping, self.reset_action = episodic_life, reward_clipping, reset_action
+        n = env.num_envs
+        self.episode_returns = np.zeros(n)  # unclipped score of the current game
+        self.episode_lengths = np.zeros(n, dtype=np.int64)
+        self.episode_start_times = np.zeros(n)
+        self.lives = np.zeros(n, dtype=np.int64)
+        self.frames = np.zeros(n, dtype=np.int64)  # ALE's episode_frame_number, rising within a game
+        self.game_reset = np.zeros(n, dtype=bool)
+        self.life_reset = np.zeros(n, dtype=bool)
+
+    def reset(self, *, seed: int | np.ndarray | None = None, options: dict[str, Any] | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        mask = (options or {}).get("reset_mask", np.ones(self.num_envs, dtype=bool))
+        self.episode_returns[mask], self.episode_lengths[mask] = 0.0, 0
+        self.episode_start_times[mask] = time.perf_counter()
+        self.game_reset[mask], self.life_reset[mask] = False, False
+        self.lives[:], self.frames[:] = info["lives"], info["episode_frame_number"]
+        return obs, info
+
+    def step(self, actions: np.ndarray):
+        actions = np.where(self.life_reset, self.reset_action, actions)
+        obs, scores, terminated, truncated, info = self.env.step(actions)
+        lives, frames = info["lives"], info["episode_frame_number"]
+        scores = scores.astype(np.float64)
+
+        late_end = self.life_reset & (frames <= self.frames)
+        in_game = ~(self.game_reset | late_end)
+        self.episode_returns[in_game] += scores[in_game]
+        self.episode_lengths[in_game] += 1
+        life_lost = terminated & (lives < self.lives) & (lives > 0) if self.episodic_life else np.zeros_like(terminated)
+        game_end = (terminated | truncated) & ~life_lost
+        ended = game_end | late_end
+
+        rewards = (np.sign(scores) if self.reward_clipping else scores).astype(np.float32)
+        rewards[self.life_reset] = 0.0
+
+        now = time.perf_counter()
+        if ended.any():
+            info["episode"] = {
+                "r": np.where(ended, self.episode_returns, 0.0),
+                "l": np.where(ended, self.episode_lengths, 0),
+                "t": np.where(ended, np.round(now - self.episode_start_times, 6), 0.0),
+            }
+            info["_episode"] = ended
+            self.episode_returns[ended], self.episode_lengths[ended] = 0.0, 0
+        self.episode_start_times[self.game_reset | late_end] = now
+        self.game_reset, self.life_reset = game_end, life_lost
+        self.lives[:], self.frames[:] = lives, frames
+        return obs, rewards, terminated, truncated, info

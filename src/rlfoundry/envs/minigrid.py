@@ -1,0 +1,75 @@
+"""MiniGrid (and BabyAI) ids: image observations, channel-first uint8, one Box space.
+
+`env.minigrid.view` picks the observation (every one leaves the env as `uint8 [3, H, W]`):
+
+- `partial` (default): the agent's egocentric 7×7 view in MiniGrid's symbolic encoding, channels
+  (object index, colour index, state). The agent is not drawn; it stands at the bottom row, middle column,
+  facing up.
+- `full`: the whole grid, symbolic, `[3, height, width]`, with the agent drawn at its cell (object `agent`,
+  state = its direction 0–3), as MiniGrid's `FullyObsWrapper` does.
+- `rgb_partial` / `rgb_full`: the same two views rendered, `tile_size` pixels per cell.
+
+Axis 1 is the grid row (y) and axis 2 the column (x), as in the rendered images, so symbolic and pixel views
+share orientation (MiniGrid's own symbolic encoding is indexed [x, y, channel]). Symbolic spaces carry per-channel
+upper bounds (largest object, colour and state index), so an embedding encoder can size its tables from
+`observation_space.high[:, 0, 0] + 1`.
+
+Time limit: MiniGrid truncates at its own `max_steps` and registers no TimeLimit, so `env.max_episode_steps` is
+passed to it as `max_steps` (see `rlfoundry.envs.make_kwargs`): one limit, which the success reward
+1 − 0.9·steps/max_steps also uses. MiniGrid sets `truncated` even when the goal is reached on the last allowed
+step; here that step is a termination only: the episode ended in the goal, so it must not be bootstrapped or
+counted as a time-out.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
+from minigrid.wrappers import FullyObsWrapper, RGBImgObsWrapper, RGBImgPartialObsWrapper
+
+VIEWS = ("partial", "full", "rgb_partial", "rgb_full")
+
+# Largest value of each symbolic channel; the state channel holds the agent's direction (0–3) in the full view.
+SYMBOLIC_HIGH = np.array(
+    [max(OBJECT_TO_IDX.values()), max(COLOR_TO_IDX.values()), max(*STATE_TO_IDX.values(), 3)], dtype=np.uint8
+)
+
+
+class MiniGridImage(gym.ObservationWrapper):
+    """MiniGrid's Dict observation → its `image`, channel-first; reaching the goal at the limit is not truncation."""
+
+    def __init__(self, env: gym.Env, symbolic: bool):
+        super().__init__(env)
+        image = env.observation_space["image"]
+        if symbolic:  # [x, y, c] → [c, y, x]
+            self.axes = (2, 1, 0)
+            shape = (image.shape[2], image.shape[1], image.shape[0])
+            high = np.broadcast_to(SYMBOLIC_HIGH[:, None, None], shape)
+        else:  # rendered [y, x, c] → [c, y, x]
+            self.axes = (2, 0, 1)
+            shape = (image.shape[2], image.shape[0], image.shape[1])
+            high = np.full(shape, 255, dtype=np.uint8)
+        self.observation_space = spaces.Box(np.zeros(shape, dtype=np.uint8), high.copy(), dtype=np.uint8)
+
+    def observation(self, observation: dict) -> np.ndarray:
+        return observation["image"].transpose(self.axes)  # a view; the vector env copies it into its batch
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated and not terminated, info
+
+
+def make_env(env_id: str, kwargs: dict, view: str = "partial", tile_size: int = 8) -> gym.Env:
+    """One MiniGrid env with the chosen view (what each sub-env of the vector env runs)."""
+    if view not in VIEWS:
+        raise ValueError(f"view = {view!r}: allowed: {', '.join(VIEWS)}")
+    env = gym.make(env_id, **kwargs)
+    if view == "full":
+        env = FullyObsWrapper(env)
+    elif view == "rgb_partial":
+        env = RGBImgPartialObsWrapper(env, tile_size=tile_size)
+    elif view == "rgb_full":
+        env = RGBImgObsWrapper(env, tile_size=tile_size)
+    return MiniGridImage(env, symbolic=view in ("partial", "full"))

@@ -1,0 +1,64 @@
+"""Vector-env wrappers of our own; Gymnasium's cover episode statistics and normalisation.
+
+`MaskObservation` makes a POMDP from a vector-observation env by hiding chosen entries (`env.mask_obs`).
+Hidden entries are *removed*, not zeroed: the observation shrinks (CartPole with `mask_obs: [1, 3]` observes
+[cart position, pole angle]). That is what the POMDP benchmarks do (pomdp-baselines' "-P" tasks keep
+`partially_obs_dims`, Ni et al. 2022, arXiv:2110.05038), and it keeps the network's input honest: a zeroed entry
+is a constant input that observation normalisation would divide by a zero variance, and its shape would
+suggest information that is not there. It works at the vector level, so it also wraps numpy vector entry
+points (CartPole) that have no single-env factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv, VectorObservationWrapper
+from gymnasium.vector.utils import batch_space
+
+from rlfoundry.config.errors import ConfigError
+
+
+def mask_obs_space(
+    env_id: str, observation_space: spaces.Space, hidden: Sequence[int]
+) -> tuple[spaces.Box, slice | np.ndarray]:
+    """The single-env space without the `hidden` entries, and the index that selects the kept ones.
+
+    The index is a slice when the kept entries are contiguous (selecting is then a view, no copy).
+    Raises `ConfigError` naming `env.mask_obs` when an index is out of range, repeated, or hides everything.
+    """
+    shown = f"env.mask_obs = {list(hidden)}"
+    if not isinstance(observation_space, spaces.Box) or len(observation_space.shape) != 1:
+        raise ConfigError(f"{shown}: needs a 1-D vector observation; {env_id} observes {observation_space}")
+    size = observation_space.shape[0]
+    for i in hidden:
+        if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or not 0 <= i < size:
+            raise ConfigError(
+                f"{shown}: index {i!r} is out of range for {env_id}'s {size} observation entries; "
+                f"allowed: integers 0 to {size - 1}"
+            )
+    if len(set(hidden)) != len(hidden):
+        raise ConfigError(f"{shown}: an index is repeated; list each hidden index once")
+    keep = np.setdiff1d(np.arange(size), np.asarray(hidden, dtype=np.int64))
+    if keep.size == 0:
+        raise ConfigError(f"{shown}: hides all {size} entries of {env_id}'s observation; keep at least one")
+    index: slice | np.ndarray = keep
+    if keep[-1] - keep[0] + 1 == keep.size:
+        index = slice(int(keep[0]), int(keep[-1]) + 1)
+    box = spaces.Box(observation_space.low[index], observation_space.high[index], dtype=observation_space.dtype)
+    return box, index
+
+
+class MaskObservation(VectorObservationWrapper):
+    """Remove the observation entries listed in `hidden` (indices into the single-env observation)."""
+
+    def __init__(self, env: VectorEnv, hidden: Sequence[int], env_id: str = "this env"):
+        super().__init__(env)
+        self.hidden = tuple(int(i) for i in hidden)
+        self.single_observation_space, self.index = mask_obs_space(env_id, env.single_observation_space, hidden)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+
+    def observations(self, observations: np.ndarray) -> np.ndarray:
+        return observations[:, self.index]  # [B, D] → [B, kept]
