@@ -16,8 +16,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="rlfoundry: deep reinforcement learning from one config.",
 )
-err = Console(stderr=True)
-out = Console()
+err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -85,6 +85,50 @@ def presets(
         solved = preset.solved or {}
         table.add_row(env_id, ", ".join(variants), str(solved.get("return", "-")), solved.get("source", "-"))
     out.print(table)
+
+
+bench = typer.Typer(no_args_is_help=True, help="Throughput on this machine: raw env steps/s, training steps/s.")
+app.add_typer(bench, name="bench")
+
+
+@bench.command("env")
+def bench_env(
+    env_id: Annotated[str, typer.Argument(help="A Gymnasium id (its preset's env settings are used when it has one).")],
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted env overrides, e.g. env.atari.frame_stack=2.")] = None,
+    num_envs: Annotated[Optional[int], typer.Option(min=1, help="Envs in the vector env (default: the preset's).")] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Vector steps to time.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Env and action seed.")] = 0,
+) -> None:
+    """Raw vector-env steps/s with uniformly random actions."""
+    from rlfoundry.bench import bench_env as run
+
+    try:
+        result = run(env_id, num_envs, steps, seed, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+    out.print(f"{env_id}: {result['sps']:,.0f} env steps/s ({result['num_envs']} envs, {result['vectorization']}, "
+              f"obs {result['obs_dtype']} {list(result['obs_shape'])}, {result['vector_steps']:,} vector steps "
+              f"in {result['seconds']:.2f} s)", highlight=False)
+
+
+@bench.command("train")
+def bench_train(
+    spec: Annotated[str, typer.Argument(help="ENV_ID:VARIANT or an experiment YAML, as for `train`.")],
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides, as for `train`.")] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Env steps to train for.")] = 50_000,
+    seed: Annotated[int, typer.Option(help="train.seed")] = 1,
+) -> None:
+    """Training steps/s (no evaluation, no TensorBoard) and where the time goes."""
+    from rlfoundry.bench import bench_train as run
+
+    try:
+        result = run(spec, overrides, steps, seed)
+    except ConfigError as exc:
+        fail(str(exc))
+    out.print(f"{spec}: {result['sps']:,.0f} training steps/s ({result['steps']:,} steps in {result['seconds']:.1f} s, "
+              f"{result['num_envs']} envs, {result['torch_threads']} torch thread(s)); time: "
+              f"env {result['share_env']:.0%}, act {result['share_act']:.0%}, learn {result['share_learn']:.0%}",
+              highlight=False)
 
 
 def main() -> None:

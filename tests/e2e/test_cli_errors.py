@@ -51,6 +51,8 @@ ERRORS = {
     "bad override syntax": Case(["train", "CartPole-v1:ppo", "algo.lr"], ["algo.lr", "section.key=value"]),
     "malformed yaml": Case(["train", "exp.yaml"], ["malformed YAML", "exp.yaml", "line 4"], _malformed_yaml),
     "missing experiment file": Case(["train", "nothere.yaml"], ["nothere.yaml", "does not exist"]),
+    "bench unknown env id": Case(["bench", "env", "CartPol-v1"], ["CartPol-v1", "did you mean 'CartPole-v1'"]),
+    "bench train bad key": Case(["bench", "train", "CartPole-v1:ppo", "algo.lrr=1"], ["algo.lrr", "unknown key"]),
     "non-empty run dir": Case(["train", "CartPole-v1:ppo", "--total-timesteps", "256", "--run-dir", "existing"],
                               ["--run-dir", "existing", "not empty"], _non_empty_run_dir),
 }
@@ -72,6 +74,8 @@ OK = {
     "help": Case(["--help"], code=0),
     "presets": Case(["presets"], code=0),
     "presets filtered": Case(["presets", "Hopper"], code=0),
+    "bench env": Case(["bench", "env", "CartPole-v1", "--num-envs", "4", "--steps", "200"], code=0),
+    "bench train": Case(["bench", "train", "CartPole-v1:ppo", "--steps", "512"], code=0),
 }
 
 ALL = {**ERRORS, **{name: case for name, (case, _) in MALFORMED.items()}, **OK}
@@ -191,3 +195,16 @@ def test_presets_filter(results):
     assert "3800" in result.stdout
     for env_id in ("CartPole-v1", "HalfCheetah-v5", "Pendulum-v1"):
         assert env_id not in result.stdout
+
+
+def test_bench_env_prints_steps_per_second(results):
+    result = results["bench env"]
+    assert result.returncode == 0, result.stderr
+    assert "CartPole-v1:" in result.out and "env steps/s (4 envs" in result.out, result.stdout
+
+
+def test_bench_train_prints_steps_per_second_and_leaves_no_run(results):
+    result = results["bench train"]
+    assert result.returncode == 0, result.stderr
+    assert "training steps/s" in result.out and "learn" in result.out, result.stdout
+    assert not (result.cwd / "runs").exists()

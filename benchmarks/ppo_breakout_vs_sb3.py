@@ -1,0 +1,104 @@
+"""PPO training throughput on Breakout: rlfoundry vs Stable-Baselines3, same settings, same process.
+
+Both use CleanRL's / rl-zoo3's Atari PPO settings: 8 envs, 128 steps, 4 epochs of 4 minibatches (256),
+lr 2.5e-4 linear, clip 0.1 linear, ent_coef 0.01, vf_coef 0.5, Nature CNN (512 units) shared by policy
+and value, 84x84 grey frames stacked 4, frame skip 4 with max-pool, noop reset, episodic life, fire
+reset, reward clipping.
+  - rlfoundry: the ALE/Breakout-v5:ppo preset, ale_py's AtariVectorEnv (C++ threads), with sticky
+    actions switched off so the emulator work matches SB3's NoFrameskip-v4 env.
+  - SB3: `make_atari_env("BreakoutNoFrameskip-v4", n_envs=8)` (its AtariWrapper on a DummyVecEnv) and
+    VecFrameStack(4), the setup of its documentation and of rl-zoo3.
+Both on the CPU with the same torch thread count. steps/s = env steps / wall time of training
+(construction excluded); no evaluation.
+
+Run:  python benchmarks/ppo_breakout_vs_sb3.py [--steps 16384] [--seeds 1] [--threads 1] [--out results.md]
+Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+N_ENVS = 8
+
+
+def run_rlfoundry(seed: int, steps: int, threads: int) -> dict:
+    from rlfoundry.bench import bench_train
+
+    overrides = ["train.device=cpu", f"train.torch_threads={threads}", "env.atari.repeat_action_probability=0.0"]
+    result = bench_train("ALE/Breakout-v5:ppo", overrides, steps, seed)
+    return {"steps": result["steps"], "wall": result["seconds"]}
+
+
+def run_sb3(seed: int, steps: int, threads: int) -> dict:
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    torch.set_num_threads(threads)
+    envs = VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=N_ENVS, seed=seed), n_stack=4)
+    model = PPO("CnnPolicy", envs, n_steps=128, n_epochs=4, batch_size=256, learning_rate=lambda p: 2.5e-4 * p,
+                clip_range=lambda p: 0.1 * p, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, gamma=0.99,
+                gae_lambda=0.95, device="cpu", seed=seed, verbose=0)
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return {"steps": model.num_timesteps, "wall": time.perf_counter() - start}
+
+
+RUNNERS = {"rlfoundry": run_rlfoundry, "sb3": run_sb3}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 1..N")
+    parser.add_argument("--steps", type=int, default=16_384, help="env steps per run (1,024 per iteration)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
+    parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
+    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
+    args = parser.parse_args()
+
+    names = ["rlfoundry", "sb3"] if args.only == "both" else [args.only]
+    if "sb3" in names:
+        try:
+            import stable_baselines3  # noqa: F401
+        except ImportError:
+            print("Stable-Baselines3 is not installed; install the benchmark extra:  pip install -e .[bench]",
+                  file=sys.stderr)
+            return 2
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    for seed in range(1, args.seeds + 1):
+        for name in names if seed % 2 else names[::-1]:  # alternate the order against machine drift
+            run = RUNNERS[name](seed, args.steps, args.threads)
+            results[name].append(run)
+            print(f"seed {seed} {name:9s}: {run['steps']:,} steps in {run['wall']:.1f} s "
+                  f"({run['steps'] / run['wall']:,.0f} steps/s)", flush=True)
+
+    sps = {name: statistics.median(r["steps"] / r["wall"] for r in runs) for name, runs in results.items()}
+    lines = [
+        f"PPO Breakout (Nature CNN, 8 envs x 128 steps), {args.seeds} seed(s), {args.threads} torch thread(s), "
+        f"{args.steps:,} steps per run",
+        "",
+        "| framework | steps/s (median) | vs SB3 |",
+        "|---|---:|---:|",
+    ]
+    for name in names:
+        ratio = f"{sps[name] / sps['sb3']:.2f}x" if "sb3" in sps else "-"
+        lines.append(f"| {name} | {sps[name]:,.0f} | {ratio} |")
+    report = "\n".join(lines)
+    print("\n" + report)
+    if args.out:
+        args.out.write_text(report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
