@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import frameworks, in_turn, sb3_missing
 
 N_ENVS = 8
 
@@ -66,17 +67,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
     args = parser.parse_args()
 
-    names = ["rlfoundry", "sb3"] if args.only == "both" else [args.only]
-    if "sb3" in names:
-        try:
-            import stable_baselines3  # noqa: F401
-        except ImportError:
-            print("Stable-Baselines3 is not installed; install the benchmark extra:  pip install -e .[bench]",
-                  file=sys.stderr)
-            return 2
+    names = frameworks(args.only)
+    if sb3_missing(names):
+        return 2
     results: dict[str, list[dict]] = {name: [] for name in names}
     for seed in range(1, args.seeds + 1):
-        for name in names if seed % 2 else names[::-1]:  # alternate the order against machine drift
+        for name in in_turn(names, seed):
             run = RUNNERS[name](seed, args.steps, args.threads)
             results[name].append(run)
             print(f"seed {seed} {name:9s}: {run['steps']:,} steps in {run['wall']:.1f} s "

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import frameworks, in_turn, sb3_missing
 
 SOLVED = 475.0
 EVAL_EVERY = 5_000
@@ -130,22 +131,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
     args = parser.parse_args()
 
-    names = ["rlfoundry", "sb3"] if args.only == "both" else [args.only]
-    if "sb3" in names:
-        try:
-            import stable_baselines3  # noqa: F401
-        except ImportError:
-            print("Stable-Baselines3 is not installed; install the benchmark extra:  pip install -e .[bench]",
-                  file=sys.stderr)
-            return 2
+    names = frameworks(args.only)
+    if sb3_missing(names):
+        return 2
 
     results = {name: {"sps": [], "solve": []} for name in names}
     with tempfile.TemporaryDirectory(prefix="rlf_bench_") as tmp:
         for seed in range(1, args.seeds + 1):
-            # Alternate which framework goes first so slow drift of the machine does not favour one.
-            order = names if seed % 2 else names[::-1]
             for kind, steps in (("sps", args.steps), ("solve", args.solve_steps)):
-                for name in order:
+                for name in in_turn(names, seed):
                     run = RUNNERS[name](seed, steps, args.threads, kind == "solve", Path(tmp))
                     results[name][kind].append(run)
                     solved = "" if kind == "sps" else f", solved at {run['solved_at'] or '-'}"

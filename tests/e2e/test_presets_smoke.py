@@ -15,7 +15,8 @@ def test_preset_trains_one_iteration(tmp_path, quiet, env_id, variant):
     rollout = 2 * 64
     overrides = [*quiet, "env.num_envs=2", "algo.num_steps=64", "algo.minibatch_size=0.5",
                  f"train.total_timesteps={rollout}", "eval.every_steps=0", "eval.episodes=1",
-                 "env.max_episode_steps=200"]
+                 # ALE's time limit counts emulator frames: 800 frames are 200 agent steps
+                 "env.atari.max_episode_frames=800" if env_id.startswith("ALE/") else "env.max_episode_steps=200"]
     _, summary = rlfoundry.train(f"{env_id}:{variant}", overrides, tmp_path / "run")
     assert summary["status"] == "finished"
     assert summary["total_steps"] == rollout

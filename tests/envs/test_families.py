@@ -12,6 +12,8 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.schema import EnvConfig
 from rlfoundry.envs import EnvSpec, copy_obs_stats, find_wrapper, make
 
+from rollouts import rollout  # tests/envs/rollouts.py
+
 NUM_ENVS = 2
 STEPS = 50
 
@@ -42,17 +44,6 @@ def build(tmp_path, monkeypatch):
     yield _build
     for envs in built:
         envs.close()
-
-
-def rollout(envs, seed: int, steps: int = STEPS, action_seed: int = 0):
-    """Reset with `seed`, take `steps` random actions; returns the stacked observations [steps + 1, N, ...]."""
-    obs, _ = envs.reset(seed=seed)
-    envs.action_space.seed(action_seed)
-    seen = [obs]
-    for _ in range(steps):
-        obs, *_ = envs.step(envs.action_space.sample())
-        seen.append(obs)
-    return np.stack(seen)
 
 
 @pytest.mark.parametrize(("env_id", "vectorization", "discrete"), FAMILIES, ids=[f"{e}-{v}" for e, v, _ in FAMILIES])
@@ -179,10 +170,10 @@ def test_evaluation_envs_do_not_normalise_rewards(build):
 def test_same_seed_same_observations(build, env_id, vectorization):
     first, _ = build(env_id, vectorization=vectorization)
     second, _ = build(env_id, vectorization=vectorization)
-    a, b = rollout(first, seed=42), rollout(second, seed=42)
+    a, b = rollout(first, seed=42, steps=STEPS, action_seed=0), rollout(second, seed=42, steps=STEPS, action_seed=0)
     np.testing.assert_array_equal(a, b)
     third, _ = build(env_id, vectorization=vectorization)
-    assert not np.array_equal(rollout(third, seed=43), a)
+    assert not np.array_equal(rollout(third, seed=43, steps=STEPS, action_seed=0), a)
 
 
 def test_sub_env_i_is_seeded_with_seed_plus_i(build):
@@ -203,7 +194,7 @@ def test_normalized_observations_are_float32_and_clipped(build, env_id, vectoriz
     clip = 0.5
     envs, spec = build(env_id, vectorization=vectorization, normalize_obs=True, clip_obs=clip)
     assert spec.observation_space.dtype == np.float32
-    seen = rollout(envs, seed=0)
+    seen = rollout(envs, seed=0, steps=STEPS, action_seed=0)
     assert seen.dtype == np.float32
     assert np.all(np.abs(seen) <= clip)
     assert np.isclose(np.abs(seen).max(), clip)  # clipping was actually needed
@@ -215,7 +206,7 @@ def test_evaluation_does_not_update_obs_stats(build):
     envs, _ = build("Pendulum-v1", vectorization="sync", normalize_obs=True, evaluation=True)
     rms = find_wrapper(envs, vw.NormalizeObservation).obs_rms
     mean, var, count = rms.mean.copy(), rms.var.copy(), rms.count
-    rollout(envs, seed=0)
+    rollout(envs, seed=0, steps=STEPS, action_seed=0)
     np.testing.assert_array_equal(rms.mean, mean)
     np.testing.assert_array_equal(rms.var, var)
     assert rms.count == count
@@ -224,7 +215,7 @@ def test_evaluation_does_not_update_obs_stats(build):
 def test_copy_obs_stats(build):
     clip = 10.0
     train, _ = build("Pendulum-v1", vectorization="sync", normalize_obs=True, clip_obs=clip)
-    rollout(train, seed=0)
+    rollout(train, seed=0, steps=STEPS, action_seed=0)
     evaluation, _ = build("Pendulum-v1", vectorization="sync", normalize_obs=True, clip_obs=clip, evaluation=True)
     copy_obs_stats(train, evaluation)
     src = find_wrapper(train, vw.NormalizeObservation)

@@ -13,6 +13,8 @@ from rlfoundry.config.schema import EnvConfig
 from rlfoundry.envs import find_wrapper, make, probe_spaces
 from rlfoundry.envs.wrappers import MaskObservation
 
+from rollouts import rollout  # tests/envs/rollouts.py
+
 
 @pytest.fixture
 def build():
@@ -26,16 +28,6 @@ def build():
     yield _build
     for envs in built:
         envs.close()
-
-
-def rollout(envs, seed: int = 0, steps: int = 40) -> np.ndarray:
-    obs, _ = envs.reset(seed=seed)
-    envs.action_space.seed(seed)
-    seen = [obs]
-    for _ in range(steps):
-        obs, *_ = envs.step(envs.action_space.sample())
-        seen.append(obs)
-    return np.stack(seen)
 
 
 @pytest.mark.parametrize(

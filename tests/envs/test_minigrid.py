@@ -11,6 +11,8 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.schema import EnvConfig, MiniGridConfig
 from rlfoundry.envs import make, probe_spaces, register_optional_families
 
+from rollouts import rollout  # tests/envs/rollouts.py
+
 EMPTY = "MiniGrid-Empty-5x5-v0"  # 5×5 walls included; agent at (1, 1) facing right, goal at (3, 3)
 TO_GOAL = [2, 2, 1, 2, 2]  # forward, forward, turn right, forward, forward
 AGENT = 10  # OBJECT_TO_IDX["agent"]
@@ -38,16 +40,6 @@ def build():
     yield _build
     for envs in built:
         envs.close()
-
-
-def rollout(envs, seed: int, steps: int = 30) -> np.ndarray:
-    obs, _ = envs.reset(seed=seed)
-    envs.action_space.seed(seed)
-    seen = [obs]
-    for _ in range(steps):
-        obs, *_ = envs.step(envs.action_space.sample())
-        seen.append(obs)
-    return np.stack(seen)
 
 
 @pytest.mark.parametrize("view", list(VIEWS))
