@@ -8,10 +8,11 @@ reset, reward clipping.
     actions switched off so the emulator work matches SB3's NoFrameskip-v4 env.
   - SB3: `make_atari_env("BreakoutNoFrameskip-v4", n_envs=8)` (its AtariWrapper on a DummyVecEnv) and
     VecFrameStack(4), the setup of its documentation and of rl-zoo3.
-Both on the CPU with the same torch thread count. steps/s = env steps / wall time of training
-(construction excluded); no evaluation.
+Both on the CPU with the same torch thread count, in fp32; with --bf16 rlfoundry also runs with
+`train.precision=bf16` (mixed precision; SB3 has no such option). steps/s = env steps / wall time of
+training (construction excluded); no evaluation.
 
-Run:  python benchmarks/ppo_breakout_vs_sb3.py [--steps 16384] [--seeds 1] [--threads 1] [--out results.md]
+Run:  python benchmarks/ppo_breakout_vs_sb3.py [--steps 16384] [--seeds 1] [--threads 1] [--bf16] [--out results.md]
 Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 """
 
@@ -29,12 +30,17 @@ from common import frameworks, in_turn, sb3_missing
 N_ENVS = 8
 
 
-def run_rlfoundry(seed: int, steps: int, threads: int) -> dict:
+def run_rlfoundry(seed: int, steps: int, threads: int, precision: str = "fp32") -> dict:
     from rlfoundry.bench import bench_train
 
-    overrides = ["train.device=cpu", f"train.torch_threads={threads}", "env.atari.repeat_action_probability=0.0"]
+    overrides = ["train.device=cpu", f"train.torch_threads={threads}", "env.atari.repeat_action_probability=0.0",
+                 f"train.precision={precision}"]
     result = bench_train("ALE/Breakout-v5:ppo", overrides, steps, seed)
     return {"steps": result["steps"], "wall": result["seconds"]}
+
+
+def run_rlfoundry_bf16(seed: int, steps: int, threads: int) -> dict:
+    return run_rlfoundry(seed, steps, threads, "bf16")
 
 
 def run_sb3(seed: int, steps: int, threads: int) -> dict:
@@ -55,7 +61,7 @@ def run_sb3(seed: int, steps: int, threads: int) -> dict:
     return {"steps": model.num_timesteps, "wall": time.perf_counter() - start}
 
 
-RUNNERS = {"rlfoundry": run_rlfoundry, "sb3": run_sb3}
+RUNNERS = {"rlfoundry": run_rlfoundry, "rlfoundry-bf16": run_rlfoundry_bf16, "sb3": run_sb3}
 
 
 def main() -> int:
@@ -64,10 +70,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16_384, help="env steps per run (1,024 per iteration)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
     parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
+    parser.add_argument("--bf16", action="store_true", help="also run rlfoundry with train.precision=bf16")
     parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
     args = parser.parse_args()
 
     names = frameworks(args.only)
+    if args.bf16 and "rlfoundry" in names:
+        names.insert(1, "rlfoundry-bf16")
     if sb3_missing(names):
         return 2
     results: dict[str, list[dict]] = {name: [] for name in names}
@@ -75,7 +84,7 @@ def main() -> int:
         for name in in_turn(names, seed):
             run = RUNNERS[name](seed, args.steps, args.threads)
             results[name].append(run)
-            print(f"seed {seed} {name:9s}: {run['steps']:,} steps in {run['wall']:.1f} s "
+            print(f"seed {seed} {name:14s}: {run['steps']:,} steps in {run['wall']:.1f} s "
                   f"({run['steps'] / run['wall']:,.0f} steps/s)", flush=True)
 
     sps = {name: statistics.median(r["steps"] / r["wall"] for r in runs) for name, runs in results.items()}

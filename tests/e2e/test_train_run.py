@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,32 @@ def test_same_seed_same_metrics(tmp_path, quiet, spec, steps):
     assert strip_timing(first) == strip_timing(second)
     other = run_metrics(tmp_path, "c", spec, [*overrides, "train.seed=8"])
     assert strip_timing(other) != strip_timing(first)
+
+
+def test_bf16_mixed_precision_trains_and_keeps_fp32_rollouts(tmp_path, quiet):
+    """train.precision=bf16 runs the grid encoder's convolutions in bfloat16 while everything the loss
+    and the rollout keep (log-probabilities, values, parameters) stays fp32."""
+    import torch
+
+    from rlfoundry.algos.ppo import PPO
+    from rlfoundry.config.load import load_config
+    from rlfoundry.envs import make
+
+    cfg = load_config("MiniGrid-Empty-5x5-v0:ppo", [*quiet, "train.precision=bf16", "env.num_envs=2", "algo.num_steps=16",
+                                                      "algo.minibatch_size=0.5"])
+    envs, spec = make(cfg.env)
+    try:
+        agent = PPO(cfg, spec, torch.device("cpu"))
+        iteration = agent.iterate(envs, 0.0)
+        with agent.autocast():
+            rollout, _ = agent.collector.collect(agent.policy)
+    finally:
+        envs.close()
+    assert rollout.obs.dtype == torch.uint8
+    assert rollout.values.dtype == rollout.logprobs.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in agent.policy.parameters())
+    losses = [iteration.metrics[key] for key in ("loss/policy", "loss/value")]
+    assert all(math.isfinite(v) for v in losses), iteration.metrics
+    with agent.autocast():
+        features = agent.policy.encoder(rollout.obs[0])
+    assert features.dtype == torch.bfloat16  # the convolutions did run in bf16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,3 +39,8 @@ class Agent:
     @property
     def device(self) -> torch.device:
         raise NotImplementedError
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager:
+    """The mixed-precision context for `train.precision`: a no-op for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")

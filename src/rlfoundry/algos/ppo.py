@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt, field_validator
 
-from rlfoundry.algos.base import Agent, Iteration
+from rlfoundry.algos.base import Agent, Iteration, autocast
 from rlfoundry.algos.optim import FlatAdam
 from rlfoundry.buffers.rollout import RolloutCollector, gae
 from rlfoundry.config.base import StrictModel
@@ -157,6 +157,7 @@ class PPO(Agent):
         self.optimizer = FlatAdam(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
         self.collector = None
         self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
+        self.autocast = lambda: autocast(device, cfg.train.precision)
 
     @property
     def device(self) -> torch.device:
@@ -166,7 +167,8 @@ class PPO(Agent):
         if self.collector is None:
             self.collector = RolloutCollector(envs, self.spec, self.algo.num_steps, self.device, self.cfg.train.seed)
         algo = self.algo
-        rollout, collected = self.collector.collect(self.policy)
+        with self.autocast():
+            rollout, collected = self.collector.collect(self.policy)
         start = time.perf_counter()
         advantages = gae(
             rollout.rewards, rollout.values, rollout.next_values, rollout.terminated, rollout.dones,
@@ -193,7 +195,8 @@ class PPO(Agent):
             else:
                 batches = torch.randperm(len(index), device=self.device).tensor_split(num_minibatches)
             for mb in batches:
-                logprobs, entropy, values = self.policy.evaluate(obs[mb], actions[mb])
+                with self.autocast():
+                    logprobs, entropy, values = self.policy.evaluate(obs[mb], actions[mb])
                 if ent_coef == 0:
                     entropy = entropy.detach()  # reported only: no backward pass through it
                 mb_adv = advantages[mb]
@@ -228,7 +231,7 @@ class PPO(Agent):
         return Iteration(steps, metrics, collected.episode_returns, collected.episode_lengths)
 
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        with torch.inference_mode():
+        with torch.inference_mode(), self.autocast():
             tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
             actions = self.policy.predict(tensor, deterministic).cpu().numpy()
         if self.spec.discrete:

@@ -112,6 +112,11 @@ class TrainConfig(StrictModel):
         1, description="torch.set_num_threads; results are reproducible only at the same count."
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available.")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="bf16: mixed precision, convolutions and large matmuls autocast to bfloat16 (weights, optimizer, "
+        "losses and stored rollouts stay fp32); fast on CPUs with AVX-512 BF16 or AMX and on recent GPUs.",
+    )
 
 
 class EvalConfig(StrictModel):

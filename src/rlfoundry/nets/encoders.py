@@ -57,7 +57,10 @@ class _StackedMLPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, activation: str, *params: torch.Tensor) -> torch.Tensor:
         weights, biases = params[: len(params) // 2], params[len(params) // 2 :]
-        layers = _stacked_forward(x, weights, biases, activation)
+        # fp32 under bf16 autocast too: the backward below is written for one dtype, and on networks this
+        # small lower precision saves no time.
+        with torch.autocast(x.device.type, enabled=False):
+            layers = _stacked_forward(x.float(), weights, biases, activation)
         ctx.activation = activation
         ctx.save_for_backward(*layers, *weights)
         return layers[-1]

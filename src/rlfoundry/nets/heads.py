@@ -27,7 +27,8 @@ class CategoricalHead(nn.Module):
             orthogonal_(self.linear, 0.01)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.linear(features).log_softmax(-1)  # normalised log-probabilities [N, A]
+        # fp32 whatever the autocast precision: these feed the loss and the stored rollout
+        return self.linear(features).float().log_softmax(-1)  # normalised log-probabilities [N, A]
 
     @staticmethod
     def sample(logp: torch.Tensor, deterministic: bool) -> torch.Tensor:
@@ -56,7 +57,7 @@ class GaussianHead(nn.Module):
         self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.linear(features)  # the mean [N, A]
+        return self.linear(features).float()  # the mean [N, A], fp32 under autocast too
 
     def sample(self, mean: torch.Tensor, deterministic: bool) -> torch.Tensor:
         if deterministic:
@@ -79,4 +80,4 @@ class ValueHead(nn.Module):
             orthogonal_(self.linear, 1.0)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.linear(features).squeeze(-1)
+        return self.linear(features).float().squeeze(-1)
