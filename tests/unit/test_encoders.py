@@ -104,3 +104,17 @@ def test_flat_adam_matches_adam_with_clipping():
     flat_net.load_state_dict(make().state_dict())
     assert torch.equal(torch.cat([p.detach().flatten() for p in flat_net.parameters()]), flat.flat.detach())
     assert math.isfinite(float(norm))
+
+
+def test_mlp_stays_fp32_under_bf16_autocast():
+    # Acting (no grad) and learning (the autograd function) must compute the same fp32 function.
+    encoder = MLPEncoder((4,), net_cfg(), 2)
+    x = torch.randn(6, 4)
+    expected = encoder(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        learning = encoder(x)
+        with torch.inference_mode():
+            acting = encoder(x)
+    assert learning.dtype == acting.dtype == torch.float32
+    torch.testing.assert_close(learning, expected)
+    torch.testing.assert_close(acting, expected.detach(), atol=1e-6, rtol=1e-5)

@@ -57,10 +57,7 @@ class _StackedMLPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, activation: str, *params: torch.Tensor) -> torch.Tensor:
         weights, biases = params[: len(params) // 2], params[len(params) // 2 :]
-        # fp32 under bf16 autocast too: the backward below is written for one dtype, and on networks this
-        # small lower precision saves no time.
-        with torch.autocast(x.device.type, enabled=False):
-            layers = _stacked_forward(x.float(), weights, biases, activation)
+        layers = _stacked_forward(x, weights, biases, activation)
         ctx.activation = activation
         ctx.save_for_backward(*layers, *weights)
         return layers[-1]
@@ -108,9 +105,12 @@ class MLPEncoder(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.flatten(1).float()
         weights, biases = list(self.weights), list(self.biases)
-        if torch.is_grad_enabled() and weights and ACTIVATIONS[self.activation][1] is not None:
-            return _StackedMLPFunction.apply(x, self.activation, *weights, *biases)
-        out = _stacked_forward(x, weights, biases, self.activation)[-1]
+        # Always fp32, also under bf16 autocast: acting and learning must compute the same function, the
+        # hand-written backward is for one dtype, and on networks this small bf16 saves no time.
+        with torch.autocast(x.device.type, enabled=False):
+            if torch.is_grad_enabled() and weights and ACTIVATIONS[self.activation][1] is not None:
+                return _StackedMLPFunction.apply(x, self.activation, *weights, *biases)
+            out = _stacked_forward(x, weights, biases, self.activation)[-1]
         return out if weights else out.expand(self.groups, *x.shape)
 
 
