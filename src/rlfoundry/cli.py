@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from rlfoundry.cli_report import report
+from rlfoundry.cli_runs import runs_app
 from rlfoundry.config.errors import ConfigError
 
 app = typer.Typer(
@@ -51,6 +53,10 @@ def train(
     except KeyboardInterrupt:
         err.print("[yellow]stopped[/]")
         raise typer.Exit(130)
+    if summary["status"] == "stopped":
+        err.print(f"[yellow]stopped[/] at step {summary['total_steps']:,}; checkpoint in {path / 'checkpoints'}",
+                  highlight=False)
+        raise typer.Exit(130)
     evaluation = summary["eval_return_mean"]
     shown = "-" if evaluation is None else f"{evaluation:.2f} ± {summary['eval_return_std']:.2f}"
     solved = summary["solved_at_step"]
@@ -86,6 +92,9 @@ def presets(
         table.add_row(env_id, ", ".join(variants), str(solved.get("return", "-")), solved.get("source", "-"))
     out.print(table)
 
+
+app.command("report", help="Regenerate a run's report.md and curves.png.")(report)
+app.add_typer(runs_app, name="runs")
 
 bench = typer.Typer(no_args_is_help=True, help="Throughput on this machine: raw env steps/s, training steps/s.")
 app.add_typer(bench, name="bench")

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.schema import ALGO_CONFIGS, ExperimentConfig
 
-SECTIONS = ("env", "algo", "network", "train", "eval", "logging", "solved")
+SECTIONS = ("env", "algo", "network", "train", "eval", "logging", "checkpoint", "solved")
 PRESET_KEYS = (*SECTIONS, "variants")
 EXPERIMENT_KEYS = (*SECTIONS, "preset", "variant", "provenance")
 

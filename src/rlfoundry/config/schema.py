@@ -130,6 +130,12 @@ class EvalConfig(StrictModel):
     seed_offset: int = Field(10_000, ge=0, description="Evaluation envs are seeded with train.seed + seed_offset.")
 
 
+class CheckpointConfig(StrictModel):
+    every_steps: int = Field(100_000, ge=0, description="Save every N env steps (0: only at the end and on stops).")
+    keep_last: PositiveInt = Field(3, description="Step checkpoints kept; the best and the last are never deleted.")
+    save_best: bool = Field(True, description="Save when the evaluation return improves (the `best` checkpoint).")
+
+
 class LoggingConfig(StrictModel):
     runs_root: str = Field("runs", description="Where run directories are created.")
     tensorboard: bool = True
@@ -163,6 +169,7 @@ class ExperimentConfig(StrictModel):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     solved: SolvedConfig | None = None
     provenance: Provenance | None = None
 

@@ -1,14 +1,20 @@
 """The trainer: one loop for every algorithm, and everything that is not the algorithm.
 
-    loop: agent.iterate(envs) → metrics ; evaluate when due ; log ; stop when done or solved
+    loop: agent.iterate(envs) → metrics ; evaluate when due ; log ; checkpoint when due ;
+          stop when done, solved or signalled
 
-It owns timing, evaluation, logging, the run directory's files and seeding.
+It owns timing, evaluation, logging, checkpoints, the run directory's files and seeding.
+SIGINT and SIGTERM are honoured at the end of the current iteration: a checkpoint is saved and the
+run is marked `stopped` (a second Ctrl-C interrupts at once).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import random
+import signal
+import threading
 import time
 import traceback
 from collections import deque
@@ -16,12 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from rich.console import Console
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import ALGORITHMS
 from rlfoundry.config.schema import ExperimentConfig, Provenance
+from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run.evaluate import evaluate
+from rlfoundry.run.registry import Registry, RegistryError
+from rlfoundry.run.report import write_report
 from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
 from rlfoundry.run.seeding import resolve_device, seed_everything
 from rlfoundry.sinks import CSVSink, TensorBoardSink
@@ -57,6 +67,7 @@ class Trainer:
             total_steps=0, versions=versions(),
         )
         self.log = logging.getLogger(f"rlfoundry.run.{id(self)}")
+        self.stop_signal: str | None = None  # set by the SIGINT/SIGTERM handlers
 
     # ------------------------------------------------------------------ files
 
@@ -82,10 +93,33 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
 
+    # ------------------------------------------------------------------ signals
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.stop_signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.stop_signal = name
+        self.console.print(f"[yellow]{name}: stopping after this iteration and saving a checkpoint[/]")
+
+    def _install_signal_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # Python allows handlers only in the main thread
+        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _register(self) -> None:
+        """Record the run in the runs root's registry; a registry problem never stops training."""
+        try:
+            Registry(self.cfg.logging.runs_root).record_run(self.run_dir)
+        except RegistryError as exc:
+            self.log.warning("run registry: %s", exc)
+
     def run(self) -> dict[str, Any]:
         self._open_run_dir()
         self._write_summary()
+        self._register()
         sinks: list = []
+        previous_handlers = self._install_signal_handlers()
         try:
             self._train(sinks)
         except KeyboardInterrupt:
@@ -97,9 +131,16 @@ class Trainer:
             self.log.error("run failed:\n%s", traceback.format_exc())
             raise RunFailed(self.run_dir, f"{type(exc).__name__}: {exc}") from exc
         finally:
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
             for sink in sinks:
                 sink.close()
             self._write_summary()
+            self._register()
+            try:  # a plotting problem must never change the run's status or hide its error
+                write_report(self.run_dir)
+            except Exception:
+                self.log.warning("report.md / curves.png not written:\n%s", traceback.format_exc())
             for handler in list(self.log.handlers):
                 handler.close()
                 self.log.removeHandler(handler)
@@ -129,6 +170,9 @@ class Trainer:
         recent = deque(maxlen=cfg.logging.train_return_window)
         global_step = 0
         next_eval = max(cfg.eval.warmup_steps, cfg.eval.every_steps) if cfg.eval.every_steps else math.inf
+        every = cfg.checkpoint.every_steps
+        next_save = every if every else math.inf
+        saved_at = None
         train_time = 0.0
         start = time.perf_counter()
         try:
@@ -150,11 +194,14 @@ class Trainer:
                     **result.metrics,
                 }
                 finished = global_step >= total  # the final evaluation happens in this row
+                improved = False
                 if global_step >= next_eval or (finished and cfg.eval.at_end):
+                    best_before = self.summary["best_eval_return"]
                     row.update(self._evaluate(agent, train_envs, eval_envs, global_step))
+                    improved = best_before is None or row["eval/return_mean"] > best_before
                     while next_eval <= global_step:
                         next_eval += cfg.eval.every_steps
-                self._check_finite(row, global_step)
+                self._check_finite(row, agent, global_step)
                 self.summary.update(total_steps=global_step, train_return_mean=_mean(recent),
                                     wall_time_s=time.perf_counter() - start)
                 for sink in sinks:
@@ -162,6 +209,18 @@ class Trainer:
                 if row.get("eval/return_mean") is not None:
                     self._write_summary()
                 solved = self.summary["solved_at_step"] is not None
+                stopping = self.stop_signal is not None
+                last = finished or stopping or (solved and cfg.eval.stop_at_threshold)
+                if last or global_step >= next_save or (improved and cfg.checkpoint.save_best):
+                    best = row["eval/return_mean"] if improved and cfg.checkpoint.save_best else None
+                    self._save(agent, global_step, best)
+                    saved_at = global_step
+                    while next_save <= global_step:
+                        next_save += every
+                if stopping:
+                    self.summary["status"] = "stopped"
+                    self.log.info("stopped by %s at step %d; checkpoint saved", self.stop_signal, global_step)
+                    break
                 if solved and cfg.eval.stop_at_threshold:
                     self.log.info("solved: evaluation return %.2f ≥ %.2f at step %d",
                                   row["eval/return_mean"], threshold, global_step)
@@ -171,9 +230,11 @@ class Trainer:
             self.summary.update(wall_time_s=wall, sps=global_step / wall if wall > 0 else None)
             train_envs.close()
             eval_envs.close()
+        if self.summary["status"] == "stopped":
+            return
         self.summary["status"] = "finished"
-        self.log.info("finished: %d steps in %.1f s (%.0f steps/s); eval return %s",
-                      global_step, wall, global_step / wall, self.summary["eval_return_mean"])
+        self.log.info("finished: %d steps in %.1f s (%.0f steps/s); eval return %s; last checkpoint at step %s",
+                      global_step, wall, global_step / wall, self.summary["eval_return_mean"], saved_at)
 
     def _evaluate(self, agent, train_envs, eval_envs, step: int) -> dict[str, float]:
         tick = time.perf_counter()
@@ -192,7 +253,43 @@ class Trainer:
         return {"eval/return_mean": mean, "eval/return_std": std, "eval/length_mean": float(np.mean(lengths)),
                 "eval/best_return": best, "time/eval": time.perf_counter() - tick}
 
-    def _check_finite(self, row: dict[str, Any], step: int) -> None:
+    def _check_finite(self, row: dict[str, Any], agent, step: int) -> None:
+        """Stop before a diverged state can be checkpointed: the last good checkpoint stays the last one."""
         for key, value in row.items():
             if key.startswith("loss/") and isinstance(value, float) and not math.isfinite(value):
                 raise FloatingPointError(f"{key} is {value} at step {step}: training diverged")
+        for name, tensor in _weights(agent.state_dict()).items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise FloatingPointError(f"parameter {name} is not finite at step {step}: training diverged")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save(self, agent, step: int, best_return: float | None) -> None:
+        state = agent.state_dict()
+        weights = _weights(state)
+        rest = {key: value for key, value in state.items() if not _is_weights(value)}
+        rest["torch_rng"] = torch.get_rng_state()
+        np_state = np.random.get_state()
+        py_version, py_internal, py_gauss = random.getstate()
+        checkpoint = ckpt.Checkpoint(
+            weights=weights,
+            agent=rest,
+            arrays={"numpy_rng_keys": np_state[1]},
+            state={
+                "summary": self.summary,
+                "numpy_rng": {"pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+                "python_rng": {"version": py_version, "internal": list(py_internal), "gauss": py_gauss},
+            },
+        )
+        path = ckpt.save(self.run_dir / "checkpoints", step, checkpoint, self.cfg.checkpoint.keep_last, best_return)
+        self.log.info("checkpoint at step %d: %s%s", step, path.name, " (best)" if best_return is not None else "")
+
+
+def _is_weights(value: Any) -> bool:
+    """A module state dict: a flat mapping of names to tensors (what goes to safetensors)."""
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
+
+
+def _weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {f"{key}.{name}": tensor for key, value in state.items() if _is_weights(value)
+            for name, tensor in value.items()}

@@ -1,0 +1,170 @@
+"""Checkpoints: written atomically, loaded without executing anything from the file.
+
+    <run>/checkpoints/step_000012288/     one checkpoint
+        weights.safetensors               network weights (safetensors: raw tensors only)
+        agent.pt                          the rest of the agent (optimizer state): torch.load(weights_only=True)
+        arrays.npz                        numpy state (normalisation statistics, RNG arrays): np.load(allow_pickle=False)
+        state.json                        counters, summary, format marker
+    <run>/checkpoints/last.json           {"step_dir": ...}: the newest checkpoint
+    <run>/checkpoints/best.json           {"step_dir": ..., "eval_return": ...}: the best evaluation
+
+A checkpoint is written into a hidden temporary directory, each file flushed to disk, and then
+renamed into place; the pointer files are replaced with `os.replace`. A `kill -9` at any moment,
+also in the middle of a save, therefore leaves every earlier checkpoint and both pointers intact:
+at worst a `.tmp-*` directory is left over, which the next save removes. Old checkpoints are
+deleted the same way round: renamed to a `.tmp-` name first, so no half-deleted one keeps its name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from rlfoundry.config.errors import ConfigError
+
+FORMAT = "rlfoundry-checkpoint"
+VERSION = 1
+FILES = ("state.json", "weights.safetensors", "agent.pt", "arrays.npz")
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be loaded: missing, truncated, corrupt or not ours (exit 2)."""
+
+
+@dataclass
+class Checkpoint:
+    weights: dict[str, torch.Tensor]  # flat names, e.g. "policy.encoder.weights.0"
+    agent: dict[str, Any]  # tensors and plain values (the optimizer state)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)  # JSON values
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, allow_nan=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:012d}"
+
+
+def save(root: Path, step: int, checkpoint: Checkpoint, keep_last: int, best_return: float | None = None) -> Path:
+    """Write `checkpoint` as `root/step_<step>` atomically, point `last.json` at it (and `best.json` when
+    `best_return` is given), then delete all but the newest `keep_last` step directories (never the best)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for leftover in root.glob(".tmp-*"):  # from a save that was killed
+        shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+    final = root / step_dir_name(step)
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    tmp.mkdir()
+    # clone: parameters may be views of one flat buffer (FlatAdam), and safetensors refuses shared storage
+    save_file({k: v.detach().cpu().clone() for k, v in checkpoint.weights.items()}, tmp / "weights.safetensors")
+    torch.save(checkpoint.agent, tmp / "agent.pt")
+    np.savez(tmp / "arrays.npz", **checkpoint.arrays)
+    state = {"format": FORMAT, "version": VERSION, "step": step, **checkpoint.state}
+    with open(tmp / "state.json", "w") as f:
+        json.dump(state, f, indent=2, allow_nan=True)
+    for name in FILES:
+        _fsync_file(tmp / name)
+    if final.exists():  # this step is saved already (a resumed run passing it again): keep that one whole
+        shutil.rmtree(tmp)
+    else:
+        os.rename(tmp, final)
+    _write_json(root / "last.json", {"step_dir": final.name, "step": step})
+    if best_return is not None:
+        _write_json(root / "best.json", {"step_dir": final.name, "step": step, "eval_return": best_return})
+    _prune(root, keep_last)
+    return final
+
+
+def _pointer(root: Path, name: str) -> str | None:
+    try:
+        return json.loads((root / f"{name}.json").read_text())["step_dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _prune(root: Path, keep_last: int) -> None:
+    steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+    protected = {_pointer(root, "best"), _pointer(root, "last")}
+    for path in steps[:-keep_last] if keep_last > 0 else []:
+        if path.name not in protected:
+            _remove(path)
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint directory so that a kill at any moment leaves either all of it or none of it
+    under its name: rename it to a `.tmp-` name first (the next save clears those)."""
+    trash = path.with_name(f".tmp-trash-{path.name}-{os.getpid()}")
+    os.rename(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def resolve(run_dir: Path, which: str = "last") -> Path:
+    """The checkpoint directory of a run: `last`, `best`, or a step directory name."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        raise CheckpointError(f"{run_dir}: no checkpoints/ directory; is this a run directory of a run that saved one?")
+    if which in ("last", "best"):
+        name = _pointer(root, which)
+        if name is None:
+            raise CheckpointError(f"{root / (which + '.json')}: missing or unreadable, so there is no '{which}' checkpoint")
+    else:
+        name = which
+    path = root / name
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: checkpoint directory not found")
+    return path
+
+
+def load(path: Path) -> Checkpoint:
+    """Read a checkpoint directory. Nothing in it is executed: safetensors, a weights-only torch.load,
+    numpy without pickle and JSON. Anything missing, truncated or foreign raises CheckpointError."""
+    path = Path(path)
+    missing = [name for name in FILES if not (path / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{path}: not a complete rlfoundry checkpoint (missing {', '.join(missing)})")
+    try:
+        state = json.loads((path / "state.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path / 'state.json'}: unreadable ({exc})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an rlfoundry checkpoint (state.json has no format '{FORMAT}')")
+    if state.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {state.get('version')}; this rlfoundry reads {VERSION}")
+    try:
+        weights = load_file(path / "weights.safetensors")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path / 'weights.safetensors'}: corrupt or truncated ({exc})") from None
+    try:
+        agent = torch.load(path / "agent.pt", map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle.UnpicklingError for a payload that is not plain data, zip errors, EOF
+        raise CheckpointError(
+            f"{path / 'agent.pt'}: refused or corrupt: only plain tensors and values load ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
+    try:
+        with np.load(path / "arrays.npz", allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise CheckpointError(f"{path / 'arrays.npz'}: corrupt or not plain arrays ({exc})") from None
+    return Checkpoint(weights=weights, agent=agent, arrays=arrays, state=state)
