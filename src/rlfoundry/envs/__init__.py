@@ -260,10 +260,22 @@ def find_wrapper(envs: VectorEnv, kind: type) -> VectorEnv | None:
         envs = envs.env
 
 
+def obs_stats(envs: VectorEnv) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """(mean, var, count) of the observation normalisation, or None when observations are not normalised."""
+    wrapper = find_wrapper(envs, vw.NormalizeObservation)
+    if wrapper is None:
+        return None
+    return wrapper.obs_rms.mean.copy(), wrapper.obs_rms.var.copy(), float(wrapper.obs_rms.count)
+
+
+def set_obs_stats(envs: VectorEnv, mean: np.ndarray, var: np.ndarray, count: float) -> None:
+    wrapper = find_wrapper(envs, vw.NormalizeObservation)
+    if wrapper is not None:
+        wrapper.obs_rms.mean, wrapper.obs_rms.var, wrapper.obs_rms.count = mean.copy(), var.copy(), count
+
+
 def copy_obs_stats(source: VectorEnv, target: VectorEnv) -> None:
     """Give evaluation envs the training envs' observation statistics (frozen)."""
-    src, dst = find_wrapper(source, vw.NormalizeObservation), find_wrapper(target, vw.NormalizeObservation)
-    if src is not None and dst is not None:
-        dst.obs_rms.mean = src.obs_rms.mean.copy()
-        dst.obs_rms.var = src.obs_rms.var.copy()
-        dst.obs_rms.count = src.obs_rms.count
+    stats = obs_stats(source)
+    if stats is not None:
+        set_obs_stats(target, *stats)

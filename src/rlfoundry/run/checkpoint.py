@@ -168,3 +168,26 @@ def load(path: Path) -> Checkpoint:
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise CheckpointError(f"{path / 'arrays.npz'}: corrupt or not plain arrays ({exc})") from None
     return Checkpoint(weights=weights, agent=agent, arrays=arrays, state=state)
+
+
+def _is_weights(value: Any) -> bool:
+    """A module state dict: a flat mapping of names to tensors (what goes to safetensors)."""
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
+
+
+def split_agent_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """An agent's `state_dict()` as (weights for safetensors, flat names "<part>.<name>"; everything else)."""
+    weights = {f"{key}.{name}": tensor for key, value in state.items() if _is_weights(value)
+               for name, tensor in value.items()}
+    rest = {key: value for key, value in state.items() if not _is_weights(value)}
+    return weights, rest
+
+
+def agent_state(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The inverse of `split_agent_state`: what the agent's `load_state_dict` takes."""
+    state: dict[str, Any] = {}
+    for flat_name, tensor in checkpoint.weights.items():
+        part, _, name = flat_name.partition(".")
+        state.setdefault(part, {})[name] = tensor
+    state.update({k: v for k, v in checkpoint.agent.items() if k != "torch_rng"})
+    return state

@@ -213,7 +213,7 @@ class Trainer:
                 last = finished or stopping or (solved and cfg.eval.stop_at_threshold)
                 if last or global_step >= next_save or (improved and cfg.checkpoint.save_best):
                     best = row["eval/return_mean"] if improved and cfg.checkpoint.save_best else None
-                    self._save(agent, global_step, best)
+                    self._save(agent, train_envs, global_step, best)
                     saved_at = global_step
                     while next_save <= global_step:
                         next_save += every
@@ -258,38 +258,26 @@ class Trainer:
         for key, value in row.items():
             if key.startswith("loss/") and isinstance(value, float) and not math.isfinite(value):
                 raise FloatingPointError(f"{key} is {value} at step {step}: training diverged")
-        for name, tensor in _weights(agent.state_dict()).items():
+        for name, tensor in ckpt.split_agent_state(agent.state_dict())[0].items():
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise FloatingPointError(f"parameter {name} is not finite at step {step}: training diverged")
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _save(self, agent, step: int, best_return: float | None) -> None:
-        state = agent.state_dict()
-        weights = _weights(state)
-        rest = {key: value for key, value in state.items() if not _is_weights(value)}
+    def _save(self, agent, train_envs, step: int, best_return: float | None) -> None:
+        weights, rest = ckpt.split_agent_state(agent.state_dict())
         rest["torch_rng"] = torch.get_rng_state()
         np_state = np.random.get_state()
         py_version, py_internal, py_gauss = random.getstate()
-        checkpoint = ckpt.Checkpoint(
-            weights=weights,
-            agent=rest,
-            arrays={"numpy_rng_keys": np_state[1]},
-            state={
-                "summary": self.summary,
-                "numpy_rng": {"pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
-                "python_rng": {"version": py_version, "internal": list(py_internal), "gauss": py_gauss},
-            },
-        )
+        arrays = {"numpy_rng_keys": np_state[1]}
+        state = {
+            "summary": self.summary,
+            "numpy_rng": {"pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+            "python_rng": {"version": py_version, "internal": list(py_internal), "gauss": py_gauss},
+        }
+        stats = envs_lib.obs_stats(train_envs)
+        if stats is not None:  # evaluation and play need the observation statistics the policy was trained on
+            arrays["obs_rms_mean"], arrays["obs_rms_var"], state["obs_rms_count"] = stats
+        checkpoint = ckpt.Checkpoint(weights=weights, agent=rest, arrays=arrays, state=state)
         path = ckpt.save(self.run_dir / "checkpoints", step, checkpoint, self.cfg.checkpoint.keep_last, best_return)
         self.log.info("checkpoint at step %d: %s%s", step, path.name, " (best)" if best_return is not None else "")
-
-
-def _is_weights(value: Any) -> bool:
-    """A module state dict: a flat mapping of names to tensors (what goes to safetensors)."""
-    return isinstance(value, dict) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
-
-
-def _weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
-    return {f"{key}.{name}": tensor for key, value in state.items() if _is_weights(value)
-            for name, tensor in value.items()}

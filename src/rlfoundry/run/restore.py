@@ -1,0 +1,61 @@
+"""A trained agent back from its run directory: config, networks, and observation statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from gymnasium.vector import VectorEnv
+
+from rlfoundry import envs as envs_lib
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.schema import ExperimentConfig
+from rlfoundry.envs import EnvSpec
+from rlfoundry.run import checkpoint as ckpt
+
+
+@dataclass
+class Restored:
+    cfg: ExperimentConfig
+    agent: object  # an rlfoundry.algos Agent
+    envs: VectorEnv  # evaluation envs: no reward normalisation, frozen observation statistics
+    spec: EnvSpec
+    checkpoint: ckpt.Checkpoint
+    checkpoint_dir: Path
+
+
+def run_config(run_dir: Path) -> ExperimentConfig:
+    """The resolved config a run wrote (validated again, so a hand-edited one gets the usual errors)."""
+    from rlfoundry.config.load import load_config
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no config.yaml)")
+    return load_config(str(path))
+
+
+def load_for_evaluation(run_dir: Path, which: str = "last", num_envs: int | None = None,
+                        render_mode: str | None = None, device: str = "cpu") -> Restored:
+    """Build evaluation envs and the run's agent with the weights of checkpoint `which` (last, best or a
+    step directory). Raises ConfigError / CheckpointError (exit 2) for anything unusable."""
+    from rlfoundry.algos import ALGORITHMS
+
+    run_dir = Path(run_dir)
+    cfg = run_config(run_dir)
+    path = ckpt.resolve(run_dir, which)
+    checkpoint = ckpt.load(path)
+    envs, spec = envs_lib.make(cfg.env, num_envs or cfg.env.num_envs, evaluation=True, render_mode=render_mode)
+    try:
+        agent = ALGORITHMS[cfg.algo.name](cfg, spec, torch.device(device))
+        try:
+            agent.load_state_dict(ckpt.agent_state(checkpoint))
+        except (KeyError, RuntimeError, ValueError) as exc:  # shapes or names that do not fit this config
+            raise ckpt.CheckpointError(f"{path}: does not fit the run's network ({exc})") from None
+        if "obs_rms_mean" in checkpoint.arrays:
+            envs_lib.set_obs_stats(envs, checkpoint.arrays["obs_rms_mean"], checkpoint.arrays["obs_rms_var"],
+                                   float(checkpoint.state["obs_rms_count"]))
+    except BaseException:
+        envs.close()
+        raise
+    return Restored(cfg, agent, envs, spec, checkpoint, path)
