@@ -8,18 +8,29 @@ from typing import Any
 __version__ = "0.1.0"
 
 
-def train(spec_or_cfg, overrides: list[str] | None = None, run_dir: str | Path | None = None,
-          console=None) -> tuple[Path, dict[str, Any]]:
-    """Train from a SPEC (`ENV_ID:VARIANT` or a YAML path) or an `ExperimentConfig`.
+def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | Path | None = None,
+          console=None, resume: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Train from a SPEC (`ENV_ID:VARIANT` or a YAML path) or an `ExperimentConfig`; or, with `resume`
+    (a run directory, or `@last` for the newest run under ./runs), continue a stopped run from its last
+    checkpoint with its own config.
 
     Returns the run directory and its summary. The CLI's `rlfoundry train` calls exactly this.
     Raises `ConfigError` for bad input (nothing created) and `RunFailed` for failures at run time.
     """
+    from rlfoundry.config.errors import ConfigError
     from rlfoundry.config.load import load_config
     from rlfoundry.config.schema import ExperimentConfig
+    from rlfoundry.run.restore import resumable_run, run_config
     from rlfoundry.run.rundir import new_run_dir
     from rlfoundry.run.trainer import Trainer
 
+    if resume is not None:
+        if spec_or_cfg is not None or overrides or run_dir is not None:
+            raise ConfigError("--resume continues a run with its own config.yaml: give no SPEC, overrides or --run-dir")
+        path = resumable_run(resume)
+        return path, Trainer(run_config(path), path, console, resume=True).run()
+    if spec_or_cfg is None:
+        raise ConfigError("nothing to train: give a SPEC (ENV_ID:VARIANT or an experiment YAML) or --resume RUN_DIR")
     if isinstance(spec_or_cfg, ExperimentConfig):
         cfg = spec_or_cfg
     else:

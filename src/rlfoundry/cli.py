@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from rlfoundry.cli_eval import evaluate_run
 from rlfoundry.cli_report import report
 from rlfoundry.cli_runs import runs_app
 from rlfoundry.config.errors import ConfigError
@@ -29,14 +30,15 @@ def fail(message: str, code: int = 2) -> None:
 
 @app.command(context_settings={"allow_extra_args": False})
 def train(
-    spec: Annotated[str, typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")],
+    spec: Annotated[Optional[str], typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")] = None,
     overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides, e.g. algo.lr=3e-4 env.num_envs=16.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Shortcut for train.seed=N.")] = None,
     total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
     run_dir: Annotated[Optional[str], typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (train.device).")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
 ) -> None:
-    """Train an agent and write a run directory."""
+    """Train an agent and write a run directory (or continue one with --resume)."""
     import rlfoundry
     from rlfoundry.run.trainer import RunFailed
 
@@ -45,7 +47,7 @@ def train(
         if value is not None:
             extra.append(f"{key}={value}")
     try:
-        path, summary = rlfoundry.train(spec, extra, run_dir, console=err)
+        path, summary = rlfoundry.train(spec, extra, run_dir, console=err, resume=resume)
     except ConfigError as exc:
         fail(str(exc))
     except RunFailed as exc:
@@ -93,6 +95,7 @@ def presets(
     out.print(table)
 
 
+app.command("eval", help="Evaluate a run's checkpoint: mean ± std return, optionally mp4 videos.")(evaluate_run)
 app.command("report", help="Regenerate a run's report.md and curves.png.")(report)
 app.add_typer(runs_app, name="runs")
 

@@ -44,9 +44,8 @@ def test_cadence_best_and_last_checkpoints_restore_the_policy(tmp_path, quiet):
     envs, spec = make(cfg.env)
     try:
         fresh = PPO(cfg, spec, torch.device("cpu"))
-        policy_state = {k.removeprefix("policy."): v for k, v in last.weights.items()}
-        fresh.policy.load_state_dict(policy_state)
-        fresh.optimizer.load_state_dict(last.agent["optimizer"])
+        fresh.load_state_dict(ckpt.agent_state(last))
+        policy_state = ckpt.agent_state(last)["policy"]
         obs, _ = envs.reset(seed=0)
         for key, value in fresh.policy.state_dict().items():
             assert torch.equal(value, policy_state[key])

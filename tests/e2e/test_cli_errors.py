@@ -40,7 +40,7 @@ class Case:
 # Errors that must exit 2 with a message and leave the working directory as it was.
 ERRORS = {
     "unknown option": Case(["train", "CartPole-v1:ppo", "--bogus"], ["No such option", "--bogus"]),
-    "missing spec": Case(["train"], ["Missing argument"]),
+    "missing spec": Case(["train"], ["nothing to train", "--resume"]),
     "unknown key": Case(["train", "CartPole-v1:ppo", "algo.lrr=1"], ["algo.lrr", "unknown key", "did you mean 'lr'"]),
     "out of range": Case(["train", "CartPole-v1:ppo", "algo.gamma=1.5"], ["algo.gamma", "1.5", "less than or equal to 1"]),
     "option out of range": Case(["train", "CartPole-v1:ppo", "--total-timesteps", "0"], ["train.total_timesteps", "greater than 0"]),

@@ -156,6 +156,7 @@ class PPO(Agent):
         self.policy = build_actor_critic(spec, cfg.network).to(device)
         self.optimizer = FlatAdam(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
         self.collector = None
+        self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
         self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
         self.autocast = lambda: autocast(device, cfg.train.precision)
 
@@ -165,7 +166,8 @@ class PPO(Agent):
 
     def iterate(self, envs, progress: float) -> Iteration:
         if self.collector is None:
-            self.collector = RolloutCollector(envs, self.spec, self.algo.num_steps, self.device, self.cfg.train.seed)
+            self.collector = RolloutCollector(envs, self.spec, self.algo.num_steps, self.device, self.cfg.train.seed,
+                                              resume=self.resume_collector)
         algo = self.algo
         with self.autocast():
             rollout, collected = self.collector.collect(self.policy)
@@ -239,8 +241,13 @@ class PPO(Agent):
         return np.clip(actions, self.spec.action_space.low, self.spec.action_space.high)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.collector is not None:  # the observation the next rollout starts from
+            state["collector"] = {key: torch.from_numpy(value) for key, value in self.collector.state().items()}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if "collector" in state:
+            self.resume_collector = {key: value.numpy() for key, value in state["collector"].items()}

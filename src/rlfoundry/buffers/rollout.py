@@ -93,7 +93,9 @@ class RolloutCollector:
     Owns what carries over between rollouts: the current observation and which envs just ended.
     """
 
-    def __init__(self, envs: VectorEnv, spec: EnvSpec, num_steps: int, device: torch.device, seed: int):
+    def __init__(self, envs: VectorEnv, spec: EnvSpec, num_steps: int, device: torch.device, seed: int,
+                 resume: dict[str, np.ndarray] | None = None):
+        """`resume` ({"next_obs", "prev_done"} from `state()`) continues from restored envs instead of resetting them."""
         self.envs, self.spec, self.num_steps, self.device = envs, spec, num_steps, device
         shape = (num_steps, spec.num_envs)
         self.obs = np.zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)
@@ -101,12 +103,19 @@ class RolloutCollector:
         self.terminated = np.zeros(shape, dtype=np.float32)
         self.truncated = np.zeros(shape, dtype=np.float32)
         self.valid = np.zeros(shape, dtype=bool)
-        self.next_obs, _ = envs.reset(seed=env_seed(seed))
-        self.prev_done = np.zeros(spec.num_envs, dtype=bool)
+        if resume is None:
+            self.next_obs, _ = envs.reset(seed=env_seed(seed))
+            self.prev_done = np.zeros(spec.num_envs, dtype=bool)
+        else:
+            self.next_obs, self.prev_done = resume["next_obs"].copy(), resume["prev_done"].copy()
         if spec.discrete:
             self.low = self.high = None
         else:
             self.low, self.high = spec.action_space.low, spec.action_space.high
+
+    def state(self) -> dict[str, np.ndarray]:
+        """What carries over between rollouts, for checkpoints."""
+        return {"next_obs": np.ascontiguousarray(self.next_obs, dtype=self.obs.dtype), "prev_done": self.prev_done.copy()}
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device, non_blocking=True)

@@ -275,6 +275,10 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
     from rlfoundry.envs import make_kwargs, probe_spaces
 
     probe_spaces(cfg.env.id, make_kwargs(cfg.env), env_cfg=cfg.env)
+    if cfg.eval.video:
+        from rlfoundry.run.video import check_renders
+
+        check_renders(cfg.env.id)  # e.g. ALE ids cannot render yet: say so now, not at the first evaluation
     return cfg
 
 

@@ -35,6 +35,30 @@ def run_config(run_dir: Path) -> ExperimentConfig:
     return load_config(str(path))
 
 
+def resumable_run(spec: str | Path, runs_root: str | Path = "runs") -> Path:
+    """The run directory `--resume` names (`@last`: the most recently active run under `runs_root` that has
+    a checkpoint), checked to be resumable: it has a last checkpoint and did not finish."""
+    import json
+
+    if str(spec) == "@last":
+        candidates = [p.parent.parent for p in Path(runs_root).glob("*/checkpoints/last.json")]
+        if not candidates:
+            raise ConfigError(f"--resume @last: no run with a checkpoint under {runs_root}/")
+        run_dir = max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime if (p / "summary.json").exists() else 0)
+    else:
+        run_dir = Path(spec)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"--resume {spec}: {run_dir} is not a run directory (no config.yaml)")
+    ckpt.resolve(run_dir, "last")  # a clear error when there is no checkpoint to resume from
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        status = None
+    if status == "finished":
+        raise ConfigError(f"--resume {spec}: the run in {run_dir} finished; there is nothing to continue")
+    return run_dir
+
+
 def load_for_evaluation(run_dir: Path, which: str = "last", num_envs: int | None = None,
                         render_mode: str | None = None, device: str = "cpu") -> Restored:
     """Build evaluation envs and the run's agent with the weights of checkpoint `which` (last, best or a

@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,13 @@ from rich.console import Console
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import ALGORITHMS
 from rlfoundry.config.schema import ExperimentConfig, Provenance
+from rlfoundry.envs import state as envs_state
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.run.registry import Registry, RegistryError
 from rlfoundry.run.report import write_report
 from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
+from rlfoundry.run.video import record_video
 from rlfoundry.run.seeding import resolve_device, seed_everything
 from rlfoundry.sinks import CSVSink, TensorBoardSink
 from rlfoundry.sinks.console import ConsoleSink
@@ -56,8 +59,10 @@ def _mean(values) -> float | None:
 
 
 class Trainer:
-    def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None):
+    def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None, resume: bool = False):
+        """`resume`: continue the run in `run_dir` from its last checkpoint (`cfg` is the run's own config.yaml)."""
         self.cfg = cfg
+        self.resume = resume
         self.run_dir = Path(run_dir)
         self.console = console or Console(stderr=True)
         self.device = resolve_device(cfg.train.device)  # a config error: raised before anything is created
@@ -149,92 +154,100 @@ class Trainer:
     def _train(self, sinks: list) -> None:
         cfg = self.cfg
         seed_everything(cfg.train.seed, cfg.train.torch_threads)
+        checkpoint = None
+        env_cfg = cfg.env
+        if self.resume:
+            checkpoint = ckpt.load(ckpt.resolve(self.run_dir, "last"))
+            if cfg.provenance is not None and env_cfg.vectorization == "auto":
+                # the vectorization the run chose, not a new measurement: the saved env state is for it
+                env_cfg = env_cfg.model_copy(update={"vectorization": cfg.provenance.vectorization})
         gamma = getattr(cfg.algo, "gamma", 0.99)
-        train_envs, spec = envs_lib.make(cfg.env, gamma=gamma)
+        train_envs, spec = envs_lib.make(env_cfg, gamma=gamma)
         eval_num_envs = cfg.eval.num_envs or min(cfg.eval.episodes, 16)
-        eval_envs, _ = envs_lib.make(cfg.env, eval_num_envs, evaluation=True)
-        self._write_config(spec.vectorization)
+        eval_envs, _ = envs_lib.make(env_cfg, eval_num_envs, evaluation=True)
+        agent = ALGORITHMS[cfg.algo.name](cfg, spec, self.device)
+        progress = Progress.start(cfg)
+        if checkpoint is None:
+            self._write_config(spec.vectorization)
+        else:
+            progress = self._restore(checkpoint, agent, train_envs)
         self.log.info("env %s: %d envs, %s vectorization; device %s, %d torch threads",
                       cfg.env.id, spec.num_envs, spec.vectorization, self.device, cfg.train.torch_threads)
-        agent = ALGORITHMS[cfg.algo.name](cfg, spec, self.device)
 
+        resume_step = None if checkpoint is None else progress.global_step
         if cfg.logging.csv:
-            sinks.append(CSVSink(self.run_dir / "metrics.csv"))
+            sinks.append(CSVSink(self.run_dir / "metrics.csv", resume_step))
         if cfg.logging.tensorboard:
-            sinks.append(TensorBoardSink(self.run_dir))
+            sinks.append(TensorBoardSink(self.run_dir, resume_step))
         title = f"{cfg.env.id}:{cfg.variant} s{cfg.train.seed}"
         sinks.append(ConsoleSink(self.console, title, cfg.train.total_timesteps, cfg.logging.progress))
 
         total = cfg.train.total_timesteps
         threshold = cfg.threshold
-        recent = deque(maxlen=cfg.logging.train_return_window)
-        global_step = 0
-        next_eval = max(cfg.eval.warmup_steps, cfg.eval.every_steps) if cfg.eval.every_steps else math.inf
-        every = cfg.checkpoint.every_steps
-        next_save = every if every else math.inf
+        p = progress
         saved_at = None
-        train_time = 0.0
-        start = time.perf_counter()
+        start = time.perf_counter() - p.wall_time
         try:
-            while global_step < total:
+            while p.global_step < total:
                 tick = time.perf_counter()
-                result = agent.iterate(train_envs, global_step / total)
+                result = agent.iterate(train_envs, p.global_step / total)
                 iteration_time = time.perf_counter() - tick
-                train_time += iteration_time
-                global_step += result.steps
-                recent.extend(result.episode_returns)
+                p.train_time += iteration_time
+                p.global_step += result.steps
+                p.recent.extend(result.episode_returns)
                 row: dict[str, Any] = {
                     "wall_time": time.perf_counter() - start,
                     "sps": result.steps / iteration_time,
-                    "sps_run": global_step / train_time,
+                    "sps_run": p.global_step / p.train_time,
                     "train/episode_return": _mean(result.episode_returns),
                     "train/episode_length": _mean(result.episode_lengths),
                     "train/episodes": len(result.episode_returns),
-                    "train/return_mean": _mean(recent),
+                    "train/return_mean": _mean(p.recent),
                     **result.metrics,
                 }
-                finished = global_step >= total  # the final evaluation happens in this row
+                finished = p.global_step >= total  # the final evaluation happens in this row
                 improved = False
-                if global_step >= next_eval or (finished and cfg.eval.at_end):
+                if p.global_step >= p.next_eval or (finished and cfg.eval.at_end):
                     best_before = self.summary["best_eval_return"]
-                    row.update(self._evaluate(agent, train_envs, eval_envs, global_step))
+                    row.update(self._evaluate(agent, train_envs, eval_envs, p.global_step))
                     improved = best_before is None or row["eval/return_mean"] > best_before
-                    while next_eval <= global_step:
-                        next_eval += cfg.eval.every_steps
-                self._check_finite(row, agent, global_step)
-                self.summary.update(total_steps=global_step, train_return_mean=_mean(recent),
-                                    wall_time_s=time.perf_counter() - start)
+                    while p.next_eval <= p.global_step:
+                        p.next_eval += cfg.eval.every_steps
+                self._check_finite(row, agent, p.global_step)
+                p.wall_time = time.perf_counter() - start
+                self.summary.update(total_steps=p.global_step, train_return_mean=_mean(p.recent),
+                                    wall_time_s=p.wall_time)
                 for sink in sinks:
-                    sink.write(global_step, row)
+                    sink.write(p.global_step, row)
                 if row.get("eval/return_mean") is not None:
                     self._write_summary()
                 solved = self.summary["solved_at_step"] is not None
                 stopping = self.stop_signal is not None
                 last = finished or stopping or (solved and cfg.eval.stop_at_threshold)
-                if last or global_step >= next_save or (improved and cfg.checkpoint.save_best):
+                if last or p.global_step >= p.next_save or (improved and cfg.checkpoint.save_best):
+                    while p.next_save <= p.global_step:
+                        p.next_save += cfg.checkpoint.every_steps
                     best = row["eval/return_mean"] if improved and cfg.checkpoint.save_best else None
-                    self._save(agent, train_envs, global_step, best)
-                    saved_at = global_step
-                    while next_save <= global_step:
-                        next_save += every
+                    self._save(agent, train_envs, p, best)
+                    saved_at = p.global_step
                 if stopping:
                     self.summary["status"] = "stopped"
-                    self.log.info("stopped by %s at step %d; checkpoint saved", self.stop_signal, global_step)
+                    self.log.info("stopped by %s at step %d; checkpoint saved", self.stop_signal, p.global_step)
                     break
                 if solved and cfg.eval.stop_at_threshold:
                     self.log.info("solved: evaluation return %.2f ≥ %.2f at step %d",
-                                  row["eval/return_mean"], threshold, global_step)
+                                  row["eval/return_mean"], threshold, p.global_step)
                     break
         finally:
             wall = time.perf_counter() - start
-            self.summary.update(wall_time_s=wall, sps=global_step / wall if wall > 0 else None)
+            self.summary.update(wall_time_s=wall, sps=p.global_step / wall if wall > 0 else None)
             train_envs.close()
             eval_envs.close()
         if self.summary["status"] == "stopped":
             return
         self.summary["status"] = "finished"
         self.log.info("finished: %d steps in %.1f s (%.0f steps/s); eval return %s; last checkpoint at step %s",
-                      global_step, wall, global_step / wall, self.summary["eval_return_mean"], saved_at)
+                      p.global_step, wall, p.global_step / wall, self.summary["eval_return_mean"], saved_at)
 
     def _evaluate(self, agent, train_envs, eval_envs, step: int) -> dict[str, float]:
         tick = time.perf_counter()
@@ -250,6 +263,11 @@ class Trainer:
         if threshold is not None and mean >= threshold and self.summary["solved_at_step"] is None:
             self.summary["solved_at_step"] = step
         self.log.info("eval at step %d: return %.2f ± %.2f over %d episodes", step, mean, std, len(returns))
+        if cfg.eval.video:
+            video = record_video(agent, cfg.env, envs_lib.obs_stats(train_envs),
+                                 self.run_dir / "videos" / f"eval_step{step}.mp4",
+                                 cfg.train.seed + cfg.eval.seed_offset, cfg.eval.deterministic)
+            self.log.info("video of an evaluation episode (return %.2f): %s", video["return"], video["path"])
         return {"eval/return_mean": mean, "eval/return_std": std, "eval/length_mean": float(np.mean(lengths)),
                 "eval/best_return": best, "time/eval": time.perf_counter() - tick}
 
@@ -264,20 +282,82 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _save(self, agent, train_envs, step: int, best_return: float | None) -> None:
+    def _save(self, agent, train_envs, progress: Progress, best_return: float | None) -> None:
+        """Everything a resumed run needs to continue as if never stopped."""
         weights, rest = ckpt.split_agent_state(agent.state_dict())
         rest["torch_rng"] = torch.get_rng_state()
         np_state = np.random.get_state()
         py_version, py_internal, py_gauss = random.getstate()
-        arrays = {"numpy_rng_keys": np_state[1]}
+        env_state, arrays, why = envs_state.capture(train_envs)
+        arrays["numpy_rng_keys"] = np_state[1]
         state = {
             "summary": self.summary,
+            "progress": progress.to_json(),
             "numpy_rng": {"pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
             "python_rng": {"version": py_version, "internal": list(py_internal), "gauss": py_gauss},
+            "envs": env_state,
+            "envs_not_captured": why,
         }
         stats = envs_lib.obs_stats(train_envs)
         if stats is not None:  # evaluation and play need the observation statistics the policy was trained on
             arrays["obs_rms_mean"], arrays["obs_rms_var"], state["obs_rms_count"] = stats
         checkpoint = ckpt.Checkpoint(weights=weights, agent=rest, arrays=arrays, state=state)
+        step = progress.global_step
         path = ckpt.save(self.run_dir / "checkpoints", step, checkpoint, self.cfg.checkpoint.keep_last, best_return)
         self.log.info("checkpoint at step %d: %s%s", step, path.name, " (best)" if best_return is not None else "")
+
+    def _restore(self, checkpoint: ckpt.Checkpoint, agent, train_envs) -> Progress:
+        """Put a run back in the state its last checkpoint recorded."""
+        state = checkpoint.state
+        try:
+            agent.load_state_dict(ckpt.agent_state(checkpoint))
+        except (KeyError, RuntimeError, ValueError) as exc:
+            raise ckpt.CheckpointError(f"the last checkpoint does not fit this run's agent ({exc})") from None
+        torch.set_rng_state(checkpoint.agent["torch_rng"])
+        numpy_rng = state["numpy_rng"]
+        np.random.set_state(("MT19937", checkpoint.arrays["numpy_rng_keys"], numpy_rng["pos"],
+                             numpy_rng["has_gauss"], numpy_rng["cached"]))
+        python_rng = state["python_rng"]
+        random.setstate((python_rng["version"], tuple(python_rng["internal"]), python_rng["gauss"]))
+        if state["envs"] is not None:
+            envs_state.restore(train_envs, state["envs"], checkpoint.arrays)
+        else:
+            self.log.warning("the envs' state was not captured (%s): they are reset, so this resumed run will not "
+                             "repeat the uninterrupted one exactly", state["envs_not_captured"])
+            agent.resume_collector = None  # start from fresh episodes
+            if "obs_rms_mean" in checkpoint.arrays:
+                envs_lib.set_obs_stats(train_envs, checkpoint.arrays["obs_rms_mean"], checkpoint.arrays["obs_rms_var"],
+                                       float(state["obs_rms_count"]))
+        self.summary.update({**state["summary"], "status": "running"})
+        progress = Progress.from_json(state["progress"], self.cfg.logging.train_return_window)
+        self.log.info("resumed from %s at step %d", ckpt.step_dir_name(progress.global_step), progress.global_step)
+        return progress
+
+
+@dataclass
+class Progress:
+    """The loop's own counters: what a checkpoint must carry besides the agent and the envs."""
+
+    global_step: int
+    next_eval: float
+    next_save: float
+    train_time: float
+    wall_time: float
+    recent: deque  # returns of the latest training episodes
+
+    @classmethod
+    def start(cls, cfg: ExperimentConfig) -> Progress:
+        every_eval, every_save = cfg.eval.every_steps, cfg.checkpoint.every_steps
+        return cls(
+            global_step=0,
+            next_eval=max(cfg.eval.warmup_steps, every_eval) if every_eval else math.inf,
+            next_save=every_save if every_save else math.inf,
+            train_time=0.0, wall_time=0.0, recent=deque(maxlen=cfg.logging.train_return_window),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{k: v for k, v in vars(self).items() if k != "recent"}, "recent": list(self.recent)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], window: int) -> Progress:
+        return cls(**{**data, "recent": deque(data["recent"], maxlen=window)})

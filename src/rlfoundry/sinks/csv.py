@@ -11,11 +11,18 @@ LEADING = ("global_step", "wall_time", "sps", "train/episode_return", "train/epi
 
 
 class CSVSink:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, resume_step: int | None = None):
+        """`resume_step`: continue a resumed run, keeping the rows up to that step and dropping the rest
+        (rows written after the checkpoint by the run that was stopped or killed)."""
         self.path = Path(path)
         self.columns: list[str] = list(LEADING)
-        self.rows: list[dict[str, float]] = []
+        self.rows: list[dict[str, float | str]] = []
         self.handle = None
+        if resume_step is not None and self.path.exists():
+            with self.path.open(newline="") as f:
+                reader = csv.DictReader(f)
+                self.columns = list(reader.fieldnames or LEADING)
+                self.rows = [row for row in reader if int(row["global_step"]) <= resume_step]
 
     def _format(self, value) -> str:
         if value is None:

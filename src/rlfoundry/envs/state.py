@@ -1,0 +1,158 @@
+"""The environments' own state, for exact resume: captured as JSON values and numpy arrays, no pickle.
+
+A vector env is a chain of wrappers around a base (Gymnasium's SyncVectorEnv with its sub-envs, each a
+chain of single-env wrappers, or a numpy vector env such as CartPole's). Its state is what the chain's
+objects hold in plain attributes: arrays, numbers, RNGs (`np.random.Generator`), running statistics,
+deques of recent episodes, and MuJoCo's `MjData` (through `mj_getState`, which is exactly what
+integration needs). Configuration (spaces, specs, callables, renderers) is not state and is skipped.
+
+Families whose state lives where this cannot reach — Box2D's C++ world, the C++ emulators of ale_py's
+AtariVectorEnv, worker processes of an AsyncVectorEnv — report a reason instead (`capture` returns
+None and the reason); the trainer then logs it and resets those envs on resume.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
+
+# Attributes that hold configuration, caches or handles rather than state.
+SKIP = {"env", "envs", "env_fns", "spec", "_cached_spec", "metadata", "_metadata", "render_mode", "mujoco_renderer",
+        "screen", "clock", "surf", "screens", "func", "wrapper", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs",
+        "model", "fullpath", "observation_structure"}
+PLAIN = (bool, int, float, str, type(None))
+
+
+class Uncapturable(Exception):
+    pass
+
+
+def _encode(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
+    """A JSON-able description of one attribute value; arrays go to `arrays` under `key`.
+    Raises Uncapturable for state it cannot hold, returns NotImplemented for values that are not state."""
+    # numpy scalars first (np.float64 is also a Python float): their type matters, because NumPy 2 promotes
+    # float32 arrays to float64 against an np.float64 but not against a Python float.
+    if isinstance(value, np.generic):
+        return {"scalar": value.item(), "dtype": value.dtype.str}
+    if isinstance(value, PLAIN):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            raise Uncapturable(f"{key} is an object array")
+        arrays[key] = value
+        return {"array": key}
+    if isinstance(value, np.random.Generator):
+        return {"generator": value.bit_generator.state}
+    if isinstance(value, deque):
+        items = [_encode(v, arrays, f"{key}.{i}") for i, v in enumerate(value)]
+        return {"deque": items, "maxlen": value.maxlen}
+    if isinstance(value, (tuple, list)) and all(isinstance(v, PLAIN + (np.generic,)) for v in value):
+        return {"tuple" if isinstance(value, tuple) else "list": [_encode(v, arrays, key) for v in value]}
+    module = type(value).__module__
+    if module.startswith("mujoco"):
+        if type(value).__name__ == "MjData":
+            return {"mjdata": True}  # handled by the owner, which also has the model
+        return NotImplemented
+    if module.startswith("Box2D"):
+        raise Uncapturable("Box2D keeps its world in C++ objects")
+    if type(value).__name__ == "RunningMeanStd":
+        return {"object": _capture_object(value, arrays, key)}
+    return NotImplemented  # spaces, callables and other configuration
+
+
+def _capture_object(obj: Any, arrays: dict[str, np.ndarray], prefix: str) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    for name, value in vars(obj).items():
+        if name in SKIP:
+            continue
+        encoded = _encode(value, arrays, f"{prefix}.{name}")
+        if encoded is NotImplemented:
+            continue
+        if isinstance(encoded, dict) and encoded.get("mjdata"):
+            import mujoco
+
+            spec = mujoco.mjtState.mjSTATE_INTEGRATION
+            buffer = np.empty(mujoco.mj_stateSize(obj.model, spec), dtype=np.float64)
+            mujoco.mj_getState(obj.model, value, buffer, spec)
+            arrays[f"{prefix}.{name}"] = buffer
+            encoded = {"mjdata": f"{prefix}.{name}"}
+        state[name] = encoded
+    return state
+
+
+def _decode(current: Any, encoded: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if not isinstance(encoded, dict):
+        return encoded
+    if "scalar" in encoded:
+        return np.dtype(encoded["dtype"]).type(encoded["scalar"])
+    if "array" in encoded:
+        return np.array(arrays[encoded["array"]])
+    if "generator" in encoded:
+        if isinstance(current, np.random.Generator):
+            current.bit_generator.state = encoded["generator"]  # in place: other objects may hold this generator
+            return current
+        bit_generator = getattr(np.random, encoded["generator"]["bit_generator"])()  # an env never reset yet
+        bit_generator.state = encoded["generator"]
+        return np.random.Generator(bit_generator)
+    if "deque" in encoded:
+        return deque((_decode(None, v, arrays) for v in encoded["deque"]), maxlen=encoded["maxlen"])
+    if "tuple" in encoded:
+        return tuple(_decode(None, v, arrays) for v in encoded["tuple"])
+    if "list" in encoded:
+        return [_decode(None, v, arrays) for v in encoded["list"]]
+    if "object" in encoded:
+        _restore_object(current, encoded["object"], arrays)
+        return current
+    raise ValueError(f"unknown env state entry {encoded}")
+
+
+def _restore_object(obj: Any, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    for name, encoded in state.items():
+        if isinstance(encoded, dict) and "mjdata" in encoded:
+            import mujoco
+
+            mujoco.mj_setState(obj.model, getattr(obj, name), arrays[encoded["mjdata"]], mujoco.mjtState.mjSTATE_INTEGRATION)
+            mujoco.mj_forward(obj.model, getattr(obj, name))
+            continue
+        setattr(obj, name, _decode(getattr(obj, name, None), encoded, arrays))
+
+
+def _chain(env: Any) -> list[Any]:
+    """An env and every env it wraps, outermost first."""
+    chain = [env]
+    while hasattr(chain[-1], "env"):
+        chain.append(chain[-1].env)
+    return chain
+
+
+def capture(envs: VectorEnv) -> tuple[dict[str, Any] | None, dict[str, np.ndarray], str | None]:
+    """(state, arrays, None), or (None, {}, the reason) when this family's state cannot be captured."""
+    arrays: dict[str, np.ndarray] = {}
+    layers = _chain(envs)
+    base = layers[-1]
+    if isinstance(base, AsyncVectorEnv):
+        return None, {}, "the sub-envs live in worker processes (async vectorization)"
+    if type(base).__module__.startswith("ale_py"):
+        return None, {}, "ale_py's AtariVectorEnv keeps its emulators in C++ without a state API"
+    try:
+        state: dict[str, Any] = {"layers": [_capture_object(layer, arrays, f"env.{i}") for i, layer in enumerate(layers)]}
+        if isinstance(base, SyncVectorEnv):
+            state["sub_envs"] = [[_capture_object(layer, arrays, f"sub.{j}.{i}") for i, layer in enumerate(_chain(sub))]
+                                 for j, sub in enumerate(base.envs)]
+    except Uncapturable as exc:
+        return None, {}, str(exc)
+    return state, arrays, None
+
+
+def restore(envs: VectorEnv, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    layers = _chain(envs)
+    if len(layers) != len(state["layers"]):
+        raise ValueError("the env state was captured from a different wrapper chain")
+    for layer, layer_state in zip(layers, state["layers"]):
+        _restore_object(layer, layer_state, arrays)
+    for sub, sub_state in zip(getattr(layers[-1], "envs", []), state.get("sub_envs", [])):
+        for layer, layer_state in zip(_chain(sub), sub_state):
+            _restore_object(layer, layer_state, arrays)

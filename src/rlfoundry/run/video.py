@@ -1,0 +1,137 @@
+"""One episode of an agent as an mp4: what `rlfoundry eval --video` and evaluation during training write.
+
+The episode runs in its own one-env evaluation vector env (`rlfoundry.envs.make` with `render_mode="rgb_array"`),
+so it gets the same wrappers as evaluation: the observation statistics are set and frozen, rewards are the true
+ones. Frames are streamed to ffmpeg (libx264, yuv420p) as they are rendered, never held in memory, into a
+temporary file beside the target that is renamed into place at the end: a killed write leaves no broken mp4
+under the final name.
+
+ALE ids have no video yet: ale_py's AtariVectorEnv, the only way rlfoundry builds them, does not render.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlfoundry import envs as envs_lib
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.envs import atari
+from rlfoundry.run.seeding import env_seed
+
+DEFAULT_FPS = 30
+
+
+def check_renders(env_id: str) -> None:
+    """Raise ConfigError unless `env_id` can render rgb_array frames (checked before any env is built)."""
+    if atari.is_atari(env_id):
+        raise ConfigError(f"env.id = '{env_id}': video is not supported for ALE ids yet "
+                          "(ale_py's AtariVectorEnv does not render)")
+    envs_lib.register_optional_families()
+    spec = gym.spec(env_id)
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        creator = gym.envs.registration.load_env_creator(creator)
+    modes = getattr(creator, "metadata", {}).get("render_modes")
+    if modes is not None and "rgb_array" not in modes:
+        raise ConfigError(f"env.id = '{env_id}': cannot record a video: the env renders {list(modes) or 'nothing'}, "
+                          "not 'rgb_array'")
+
+
+def video_frame(frame: Any, env_id: str) -> np.ndarray:
+    """A rendered frame as uint8 [H, W, 3] with even H and W (libx264 with yuv420p needs both even): grey frames
+    become RGB, an alpha channel is dropped, an odd edge is padded by one black row or column."""
+    frame = None if frame is None else np.asarray(frame)
+    if frame is None or frame.dtype != np.uint8 or frame.ndim not in (2, 3):
+        shown = "None" if frame is None else f"{frame.dtype} {list(frame.shape)}"
+        raise ConfigError(f"env.id = '{env_id}': render() gave {shown}, not a uint8 image, so no video")
+    if frame.ndim == 2:
+        frame = np.repeat(frame[:, :, None], 3, axis=2)
+    elif frame.shape[2] in (1, 4):
+        frame = np.repeat(frame, 3, axis=2) if frame.shape[2] == 1 else frame[:, :, :3]
+    elif frame.shape[2] != 3:
+        raise ConfigError(f"env.id = '{env_id}': render() gave {frame.shape[2]} channels, so no video")
+    height, width = frame.shape[:2]
+    if height % 2 or width % 2:
+        frame = np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0)))
+    return frame
+
+
+@contextlib.contextmanager
+def _offscreen() -> Iterator[None]:
+    """pygame-rendered envs (classic control, Box2D) initialise an SDL display even for rgb_array frames; on a
+    machine without one, SDL prints "error: XDG_RUNTIME_DIR is invalid" to the terminal. The dummy video driver
+    draws off-screen and says nothing. A driver the user chose is kept."""
+    if "SDL_VIDEODRIVER" in os.environ:
+        yield
+        return
+    os.environ["SDL_VIDEODRIVER"] = "dummy"
+    try:
+        yield
+    finally:
+        os.environ.pop("SDL_VIDEODRIVER", None)
+
+
+def record_video(agent, env_cfg, obs_stats: tuple[np.ndarray, np.ndarray, float] | None, path: Path, seed: int,
+                 deterministic: bool = True, max_steps: int = 10_000, fps: int | None = None) -> dict[str, Any]:
+    """Play one episode of `agent` in the env of `env_cfg` (an `EnvConfig`) and write it to `path` as an mp4.
+
+    `obs_stats` is the (mean, var, count) of observation normalisation (`rlfoundry.envs.obs_stats` of the
+    training envs, or a checkpoint's); leave it None when observations are not normalised. The env is reset with
+    `env_seed(seed)` as `evaluate(..., seed)` resets its envs, so the video shows the episode a one-env
+    `evaluate` with the same seed counts (the first sub-env's, for sync and async vector envs). The episode stops early after `max_steps`
+    steps. `fps` defaults to the env's `render_fps`, else 30.
+
+    Returns {"path", "return", "length", "frames", "complete"}: `frames` is `length + 1` (the reset frame, then
+    one per step), `complete` is False when `max_steps` cut the episode short.
+    """
+    import imageio.v2 as imageio  # imports ffmpeg plumbing: only when a video is written
+
+    check_renders(env_cfg.id)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{path.stem}-{os.getpid()}.mp4")  # ffmpeg picks the container from the suffix
+    with _offscreen():
+        # one env needs no worker process: an `async` config is built in-process here
+        envs, _ = envs_lib.make(env_cfg, 1, evaluation=True, render_mode="rgb_array",
+                                vectorization="sync" if env_cfg.vectorization == "async" else None)
+        writer = None
+        try:
+            if obs_stats is not None:
+                envs_lib.set_obs_stats(envs, *obs_stats)
+            obs, _ = envs.reset(seed=env_seed(seed))
+            first = video_frame(envs.render()[0], env_cfg.id)
+            writer = imageio.get_writer(
+                tmp, format="FFMPEG", mode="I", fps=fps or envs.metadata.get("render_fps") or DEFAULT_FPS,
+                codec="libx264", pixelformat="yuv420p", macro_block_size=1,  # sizes are even already
+                ffmpeg_log_level="error",
+            )
+            writer.append_data(first)
+            frames, length, total, complete = 1, 0, 0.0, False
+            while length < max_steps:
+                obs, reward, terminated, truncated, info = envs.step(agent.predict(obs, deterministic))
+                length += 1
+                total += float(reward[0])
+                writer.append_data(video_frame(envs.render()[0], env_cfg.id))
+                frames += 1
+                if terminated[0] or truncated[0]:
+                    complete = True
+                    if "_episode" in info and info["_episode"][0]:  # the true return where it is recorded
+                        total = float(info["episode"]["r"][0])
+                    break
+            writer.close()
+            writer = None
+            os.replace(tmp, path)
+        finally:
+            if writer is not None:  # failed mid-episode: the temporary file goes below either way
+                with contextlib.suppress(Exception):
+                    writer.close()
+            tmp.unlink(missing_ok=True)
+            envs.close()
+    return {"path": path, "return": total, "length": length, "frames": frames, "complete": complete}

@@ -1,0 +1,110 @@
+"""`rlfoundry eval RUN_DIR` on a real tiny run: the printed return, --checkpoint, --video files, and unusable
+run directories that exit 2 with one error line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import imageio.v2 as imageio
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import rlfoundry
+from rlfoundry.cli_eval import evaluate_run
+
+TINY = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "train.total_timesteps=2048",
+        "eval.every_steps=1024", "eval.episodes=2"]
+
+app = typer.Typer(pretty_exceptions_enable=False)
+app.command("eval")(evaluate_run)
+app.command("other")(lambda: None)  # a second command, so `eval` is a subcommand as in the real app
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["eval", *map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """One real CartPole run, shared; tests that write or break files work on a copy."""
+    run_dir, _ = rlfoundry.train("CartPole-v1:ppo", TINY, tmp_path_factory.mktemp("eval") / "run")
+    return run_dir
+
+
+@pytest.fixture
+def copy(trained, tmp_path) -> Path:
+    return Path(shutil.copytree(trained, tmp_path / "run"))
+
+
+def test_eval_prints_mean_and_std_of_the_last_checkpoint(trained):
+    result = invoke(trained, "--episodes", 3)
+    assert result.exit_code == 0, result.output
+    line = result.stdout.strip()
+    assert line.startswith("evaluation return: ") and "±" in line
+    assert line.endswith("over 3 episodes (checkpoint last, step 2,048)")
+    assert result.stderr == ""
+    assert invoke(trained, "--episodes", 3).stdout == result.stdout  # same seed: the same episodes
+    assert not (trained / "videos").exists()
+
+
+def test_eval_of_the_best_checkpoint_with_options(trained):
+    best_step = json.loads((trained / "checkpoints" / "best.json").read_text())["step"]
+    args = ("--checkpoint", "best", "--episodes", 2, "--seed", 5, "--num-envs", 1, "--stochastic")
+    result = invoke(trained, *args)
+    assert result.exit_code == 0, result.output
+    assert f"over 2 episodes (checkpoint best, step {best_step:,})" in result.stdout
+    assert invoke(trained, *args).stdout == result.stdout  # sampled actions are seeded too
+
+
+def test_eval_video_writes_up_to_three_mp4s(copy):
+    result = invoke(copy, "--episodes", 4, "--video")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert "over 4 episodes" in lines[0]
+    names = [f"eval_last_step2048_ep{i}.mp4" for i in range(3)]
+    assert sorted(p.name for p in (copy / "videos").iterdir()) == names
+    for line, name in zip(lines[1:], names, strict=True):
+        assert line.startswith(f"video: {copy / 'videos' / name} (return ")
+        steps = int(line.split(", ")[-1].split()[0])
+        with imageio.get_reader(copy / "videos" / name, format="FFMPEG") as reader:
+            assert sum(1 for _ in reader) == steps + 1
+
+
+def _no_checkpoints(run: Path) -> None:
+    shutil.rmtree(run / "checkpoints")
+
+
+def _corrupt_weights(run: Path) -> None:
+    step_dir = json.loads((run / "checkpoints" / "last.json").read_text())["step_dir"]
+    (run / "checkpoints" / step_dir / "weights.safetensors").write_bytes(b"\x00garbage" * 10)
+
+
+ERRORS = {
+    "missing run dir": (lambda run: shutil.rmtree(run), [], "not a run directory (no config.yaml)"),
+    "no checkpoints": (_no_checkpoints, [], "no checkpoints/ directory"),
+    "unknown checkpoint": (None, ["--checkpoint", "nope"], "nope: checkpoint directory not found"),
+    "checkpoint outside the run": (None, ["--checkpoint", "../run"], "--checkpoint '../run': allowed: last, best"),
+    "corrupt weights": (_corrupt_weights, [], "weights.safetensors: corrupt or truncated"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_unusable_input_exits_2_with_one_error_line(copy, case):
+    setup, args, message = ERRORS[case]
+    if setup is not None:
+        setup(copy)
+    result = invoke(copy, *args, "--video")
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stdout == "" and "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert not (copy / "videos").exists()
+
+
+def test_episodes_must_be_positive(trained):
+    result = invoke(trained, "--episodes", 0)
+    assert result.exit_code == 2 and "--episodes" in result.output

@@ -1,0 +1,75 @@
+"""Exact resume: a run killed with SIGKILL (or stopped by SIGTERM) and resumed from its last checkpoint
+writes the same metrics.csv rows, timing columns aside, as the same run never interrupted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import is_timing
+
+CASES = {
+    # spec, total steps, overrides, kill once metrics.csv has a row at or past this step
+    "cartpole": ("CartPole-v1:ppo", 24_576, ["checkpoint.every_steps=2048", "eval.every_steps=4096"], 9_000),
+    "hopper": ("Hopper-v5:ppo", 6_144, ["env.num_envs=2", "env.vectorization=sync", "algo.num_steps=256",
+                                        "algo.minibatch_size=128", "algo.update_epochs=2", "checkpoint.every_steps=1024",
+                                        "eval.every_steps=2048", "eval.episodes=2", "env.max_episode_steps=300"], 2_600),
+}
+COMMON = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "eval.stop_at_threshold=false"]
+
+
+def cli(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.Popen([sys.executable, "-m", "rlfoundry.cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return [{k: v for k, v in row.items() if not is_timing(k)} for row in csv.DictReader(f)]
+
+
+def last_step(path: Path) -> int:
+    try:
+        lines = path.read_text().strip().splitlines()
+        return int(lines[-1].split(",")[0]) if len(lines) > 1 else 0
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.mark.parametrize("case, stop", [("cartpole", "SIGKILL"), ("cartpole", "SIGTERM"), ("hopper", "SIGKILL")])
+def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
+    spec, total, overrides, kill_at = CASES[case]
+    args = [spec, "--total-timesteps", str(total), *COMMON, *overrides]
+    whole = cli("train", *args, "--run-dir", str(tmp_path / "whole"), cwd=tmp_path)
+    cut = cli("train", *args, "--run-dir", str(tmp_path / "cut"), cwd=tmp_path)
+    metrics = tmp_path / "cut" / "metrics.csv"
+    deadline = time.time() + 120
+    while last_step(metrics) < kill_at:
+        assert cut.poll() is None and time.time() < deadline, cut.communicate()
+        time.sleep(0.05)
+    cut.send_signal(getattr(signal, stop))
+    cut.communicate(timeout=60)
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert summary["status"] == ("stopped" if stop == "SIGTERM" else "running")  # kill -9 leaves it running
+    assert summary["total_steps"] < total
+
+    resumed = cli("train", "--resume", str(tmp_path / "cut"), cwd=tmp_path)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert whole.wait(timeout=300) == 0, whole.communicate()[1]
+
+    expected, got = rows(tmp_path / "whole" / "metrics.csv"), rows(metrics)
+    assert len(got) == len(expected) and got[-1]["global_step"] == str(total)
+    for want, have in zip(expected, got):
+        assert have == want, f"first difference at global_step {want['global_step']}"
+    assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "finished"
+    assert "resumed from" in (tmp_path / "cut" / "run.log").read_text()
