@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import rlfoundry
 from rlfoundry.cli_report import report
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run import report as report_module
+from rlfoundry.run import rundir
 from rlfoundry.run.report import DPI, FIGSIZE, read_metrics, write_report
 
 TINY = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "train.total_timesteps=1024",
@@ -103,7 +103,7 @@ def test_a_failed_rename_leaves_the_old_files_and_no_temporaries(run_copy, monke
     def refuse(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(report_module.os, "replace", refuse)
+    monkeypatch.setattr(rundir.os, "replace", refuse)  # the atomic writer report.py uses
     with pytest.raises(OSError, match="disk full"):
         write_report(run_copy)
     assert md.read_bytes() == old_md and png.read_bytes() == old_png

@@ -31,6 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.run.rundir import write_json
 
 FORMAT = "rlfoundry-checkpoint"
 VERSION = 1
@@ -52,15 +53,6 @@ class Checkpoint:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, allow_nan=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def step_dir_name(step: int) -> str:
@@ -90,9 +82,9 @@ def save(root: Path, step: int, checkpoint: Checkpoint, keep_last: int, best_ret
         shutil.rmtree(tmp)
     else:
         os.rename(tmp, final)
-    _write_json(root / "last.json", {"step_dir": final.name, "step": step})
+    write_json(root / "last.json", {"step_dir": final.name, "step": step})
     if best_return is not None:
-        _write_json(root / "best.json", {"step_dir": final.name, "step": step, "eval_return": best_return})
+        write_json(root / "best.json", {"step_dir": final.name, "step": step, "eval_return": best_return})
     _prune(root, keep_last)
     return final
 

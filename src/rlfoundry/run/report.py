@@ -14,8 +14,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import numpy as np
 import yaml
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.run.rundir import write_atomic
 
 FIGSIZE = (12.0, 8.0)  # inches; at DPI this gives a 1200 × 800 PNG
 DPI = 100
@@ -92,20 +91,6 @@ def _read_mapping(path: Path, kind: str, required: bool) -> dict[str, Any]:
 # ---------------------------------------------------------------- writing
 
 
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Temporary file in the same directory, then a rename: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(run_dir: Path) -> tuple[Path, Path]:
     """Write `report.md` and `curves.png` into RUN_DIR and return their paths (report, curves).
 
@@ -120,8 +105,8 @@ def write_report(run_dir: Path) -> tuple[Path, Path]:
 
     curves = run_dir / "curves.png"
     report = run_dir / "report.md"
-    _write_bytes_atomic(curves, render_curves(metrics, summary, config))
-    _write_bytes_atomic(report, render_markdown(summary, config, metrics, curves.name).encode("utf-8"))
+    write_atomic(curves, render_curves(metrics, summary, config))
+    write_atomic(report, render_markdown(summary, config, metrics, curves.name))
     return report, curves
 
 

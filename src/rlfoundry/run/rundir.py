@@ -68,13 +68,15 @@ def new_run_dir(runs_root: str, env_id: str, variant: str, seed: int, explicit: 
     return path
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same directory, then rename over the target."""
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """Write to a temporary file in the same directory, flush it to disk, then rename over the target:
+    readers never see half a file, and a crash leaves the old one."""
     path = Path(path)
+    data = content.encode("utf-8") if isinstance(content, str) else content
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
