@@ -20,6 +20,7 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
     from rlfoundry.config.errors import ConfigError
     from rlfoundry.config.load import load_config
     from rlfoundry.config.schema import ExperimentConfig
+    from rlfoundry.run.checkpoint import load, resolve
     from rlfoundry.run.restore import resumable_run, run_config
     from rlfoundry.run.rundir import new_run_dir
     from rlfoundry.run.trainer import Trainer
@@ -28,7 +29,9 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
         if spec_or_cfg is not None or overrides or run_dir is not None:
             raise ConfigError("--resume continues a run with its own config.yaml: give no SPEC, overrides or --run-dir")
         path = resumable_run(resume)
-        return path, Trainer(run_config(path), path, console, resume=True).run()
+        cfg = run_config(path)
+        checkpoint = load(resolve(path, "last"))  # a corrupt or foreign checkpoint is bad input: exit 2, nothing touched
+        return path, Trainer(cfg, path, console, resume=checkpoint).run()
     if spec_or_cfg is None:
         raise ConfigError("nothing to train: give a SPEC (ENV_ID:VARIANT or an experiment YAML) or --resume RUN_DIR")
     if isinstance(spec_or_cfg, ExperimentConfig):

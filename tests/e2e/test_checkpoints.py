@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,3 +102,27 @@ def test_non_finite_parameters_stop_the_run_and_keep_the_last_good_checkpoint(tm
     last = ckpt.load(ckpt.resolve(tmp_path / "run", "last"))
     assert last.state["step"] == 512  # saved before the divergence, never after
     assert all(torch.isfinite(t).all() for t in last.weights.values())
+
+
+def test_resume_refuses_bad_targets_with_exit_2_and_changes_nothing(tmp_path):
+    """A corrupt checkpoint, a finished run and a directory that is no run: one message, exit 2, files untouched."""
+    quiet = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "eval.every_steps=0"]
+    finished, _ = rlfoundry.train("CartPole-v1:ppo", [*quiet, "train.total_timesteps=512"], tmp_path / "finished")
+    corrupt, _ = rlfoundry.train("CartPole-v1:ppo", [*quiet, "train.total_timesteps=512"], tmp_path / "corrupt")
+    summary = json.loads((corrupt / "summary.json").read_text())
+    (corrupt / "summary.json").write_text(json.dumps({**summary, "status": "stopped"}))
+    weights = ckpt.resolve(corrupt, "last") / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    (tmp_path / "empty").mkdir()
+    cases = {
+        str(corrupt): "corrupt or truncated",
+        str(finished): "finished; there is nothing to continue",
+        str(tmp_path / "empty"): "not a run directory",
+    }
+    for target, message in cases.items():
+        before = {p: p.read_bytes() for p in Path(target).rglob("*") if p.is_file()}
+        proc = subprocess.run([sys.executable, "-m", "rlfoundry.cli", "train", "--resume", target],
+                              capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+        assert proc.returncode == 2, proc.stderr
+        assert message in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
+        assert {p: p.read_bytes() for p in Path(target).rglob("*") if p.is_file()} == before

@@ -59,8 +59,9 @@ def _mean(values) -> float | None:
 
 
 class Trainer:
-    def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None, resume: bool = False):
-        """`resume`: continue the run in `run_dir` from its last checkpoint (`cfg` is the run's own config.yaml)."""
+    def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None,
+                 resume: ckpt.Checkpoint | None = None):
+        """`resume`: continue the run in `run_dir` from this checkpoint (`cfg` is the run's own config.yaml)."""
         self.cfg = cfg
         self.resume = resume
         self.run_dir = Path(run_dir)
@@ -154,10 +155,9 @@ class Trainer:
     def _train(self, sinks: list) -> None:
         cfg = self.cfg
         seed_everything(cfg.train.seed, cfg.train.torch_threads)
-        checkpoint = None
+        checkpoint = self.resume
         env_cfg = cfg.env
-        if self.resume:
-            checkpoint = ckpt.load(ckpt.resolve(self.run_dir, "last"))
+        if checkpoint is not None:
             if cfg.provenance is not None and env_cfg.vectorization == "auto":
                 # the vectorization the run chose, not a new measurement: the saved env state is for it
                 env_cfg = env_cfg.model_copy(update={"vectorization": cfg.provenance.vectorization})
