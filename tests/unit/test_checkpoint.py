@@ -47,7 +47,7 @@ def test_round_trip(tmp_path):
 def test_weights_that_share_storage_are_saved(tmp_path):
     flat = torch.arange(6, dtype=torch.float32)
     checkpoint = make_checkpoint()
-    checkpoint.weights = {"policy.a": flat[:3].view(3), "policy.b": flat[3:].view(3)}  # views, as FlatAdam makes
+    checkpoint.weights = {"policy.a": flat[:3].view(3), "policy.b": flat[3:].view(3)}  # views, as FlatOptimizer makes
     loaded = ckpt.load(ckpt.save(tmp_path, 1, checkpoint, keep_last=1))
     assert torch.equal(loaded.weights["policy.b"], torch.tensor([3.0, 4.0, 5.0]))
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from rlfoundry.algos.optim import FlatAdam
+from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.nets.encoders import ACTIVATIONS, MLPEncoder, _StackedMLPFunction
 
 
@@ -88,7 +88,7 @@ def test_flat_adam_matches_adam_with_clipping():
     make = lambda: nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))  # noqa: E731
     flat_net, ref_net = make(), make()
     ref_net.load_state_dict(flat_net.state_dict())
-    flat = FlatAdam(flat_net, lr=0.01, eps=1e-5, max_grad_norm=0.5)
+    flat = FlatOptimizer(flat_net, lr=0.01, eps=1e-5, max_grad_norm=0.5)
     ref = torch.optim.Adam(ref_net.parameters(), lr=0.01, eps=1e-5)
     for step in range(5):
         x = torch.randn(8, 3) * (step + 1)

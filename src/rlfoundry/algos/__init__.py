@@ -1,8 +1,9 @@
 """Algorithms, one file each. The registry is an explicit dict."""
 
+from rlfoundry.algos.a2c import A2C
 from rlfoundry.algos.base import Agent, Iteration
 from rlfoundry.algos.ppo import PPO
 
-ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO}
+ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C}
 
 __all__ = ["ALGORITHMS", "Agent", "Iteration"]

@@ -44,3 +44,33 @@ class Agent:
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:
     """The mixed-precision context for `train.precision`: a no-op for fp32."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+# ---------------------------------------------------------------- shared by the on-policy actor-critics
+# (PPO, A2C): agents with `policy` (an ActorCritic), `optimizer` (a FlatOptimizer), `collector`
+# (a RolloutCollector, or None before the first iteration) and `resume_collector`.
+
+
+def predict_actions(agent, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+    """Actions for a batch of observations, as the env takes them (Gaussian means/samples clipped)."""
+    spec = agent.spec
+    with torch.inference_mode(), agent.autocast():
+        tensor = torch.as_tensor(np.asarray(obs, dtype=spec.obs_dtype), device=agent.device)
+        actions = agent.policy.predict(tensor, deterministic).cpu().numpy()
+    if spec.discrete:
+        return actions
+    return np.clip(actions, spec.action_space.low, spec.action_space.high)
+
+
+def actor_critic_state(agent) -> dict[str, Any]:
+    state = {"policy": agent.policy.state_dict(), "optimizer": agent.optimizer.state_dict()}
+    if agent.collector is not None:  # the observation the next rollout starts from
+        state["collector"] = {key: torch.from_numpy(value) for key, value in agent.collector.state().items()}
+    return state
+
+
+def load_actor_critic_state(agent, state: dict[str, Any]) -> None:
+    agent.policy.load_state_dict(state["policy"])
+    agent.optimizer.load_state_dict(state["optimizer"])
+    if "collector" in state:  # used when the first iteration builds the collector: no env reset
+        agent.resume_collector = {key: value.numpy() for key, value in state["collector"].items()}

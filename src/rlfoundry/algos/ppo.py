@@ -26,8 +26,10 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt, field_validator
 
-from rlfoundry.algos.base import Agent, Iteration, autocast
-from rlfoundry.algos.optim import FlatAdam
+from rlfoundry.algos.base import (
+    Agent, Iteration, actor_critic_state, autocast, load_actor_critic_state, predict_actions,
+)
+from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers.rollout import RolloutCollector, gae
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
@@ -154,7 +156,7 @@ class PPO(Agent):
         self.cfg, self.spec, self._device = cfg, spec, device
         self.algo: PPOConfig = cfg.algo
         self.policy = build_actor_critic(spec, cfg.network).to(device)
-        self.optimizer = FlatAdam(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
+        self.optimizer = FlatOptimizer(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
         self.collector = None
         self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
         self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
@@ -233,21 +235,10 @@ class PPO(Agent):
         return Iteration(steps, metrics, collected.episode_returns, collected.episode_lengths)
 
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        with torch.inference_mode(), self.autocast():
-            tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
-            actions = self.policy.predict(tensor, deterministic).cpu().numpy()
-        if self.spec.discrete:
-            return actions
-        return np.clip(actions, self.spec.action_space.low, self.spec.action_space.high)
+        return predict_actions(self, obs, deterministic)
 
     def state_dict(self) -> dict[str, Any]:
-        state = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
-        if self.collector is not None:  # the observation the next rollout starts from
-            state["collector"] = {key: torch.from_numpy(value) for key, value in self.collector.state().items()}
-        return state
+        return actor_critic_state(self)  # policy, optimizer, the collector's next observation
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if "collector" in state:
-            self.resume_collector = {key: value.numpy() for key, value in state["collector"].items()}
+        load_actor_critic_state(self, state)

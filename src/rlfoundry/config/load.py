@@ -263,7 +263,7 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
     data = copy.deepcopy(data)
     for name in SECTIONS:
         _section(data, name)
-    name = _section(data, "algo").get("name", "ppo")
+    name = _section(data, "algo").setdefault("name", "ppo")  # the discriminator of the algo union
     if name not in ALGO_CONFIGS:
         raise ConfigError(f"algo.name = {name!r}: unknown algorithm; available: {', '.join(ALGO_CONFIGS)}")
     check_env_id(_section(data, "env").get("id"))
@@ -285,11 +285,14 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
 # ---------------------------------------------------------------- error messages
 
 
-def _model_at(path: list[str]) -> type[BaseModel] | None:
+def _model_at(path: list[str], data: dict[str, Any]) -> type[BaseModel] | None:
     model: type[BaseModel] | None = ExperimentConfig
-    for key in path:
+    for depth, key in enumerate(path):
         if model is None:
             return None
+        if depth == 0 and key == "algo":  # a union: the algorithm's own config
+            model = ALGO_CONFIGS.get(data.get("algo", {}).get("name", "ppo"))
+            continue
         field = next((f for n, f in model.model_fields.items() if key in (n, f.alias)), None)
         if field is None:
             return None
@@ -331,7 +334,7 @@ def format_validation_error(exc: ValidationError, data: dict[str, Any]) -> str:
             continue
         seen.add(key)
         if error["type"] == "extra_forbidden":
-            model = _model_at(path[:-1])
+            model = _model_at(path[:-1], data)
             allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []
             lines.append(
                 f"{key} = {error.get('input')!r}: unknown key{_did_you_mean(path[-1], allowed)}"

@@ -7,15 +7,28 @@ config's defaults) → env preset → variant → experiment file → CLI `a.b=v
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
+from rlfoundry.algos.a2c import A2CConfig
 from rlfoundry.algos.ppo import PPOConfig
 from rlfoundry.config.base import StrictModel
 
 # One entry per algorithm; the `name` key of the `algo` section picks the class.
-ALGO_CONFIGS: dict[str, type[StrictModel]] = {"ppo": PPOConfig}
+ALGO_CONFIGS: dict[str, type[StrictModel]] = {"ppo": PPOConfig, "a2c": A2CConfig}
+
+
+def _algo_name(value: Any) -> str | None:
+    return value.get("name", "ppo") if isinstance(value, dict) else getattr(value, "name", None)
+
+
+# The `algo` section is the config of the algorithm its `name` picks (a callable discriminator, because
+# StrictModel's field checks run before validation, which pydantic's inferred discriminators do not allow).
+AlgoConfig = Annotated[
+    Union[tuple(Annotated[cls, Tag(name)] for name, cls in ALGO_CONFIGS.items())],  # noqa: UP007
+    Discriminator(_algo_name),
+]
 
 
 class MiniGridConfig(StrictModel):
@@ -165,7 +178,7 @@ class Provenance(StrictModel):
 class ExperimentConfig(StrictModel):
     variant: str = Field("custom", description="Preset variant name (recorded, used in run names).")
     env: EnvConfig
-    algo: PPOConfig
+    algo: AlgoConfig
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -68,7 +68,7 @@ def save(root: Path, step: int, checkpoint: Checkpoint, keep_last: int, best_ret
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     tmp.mkdir()
-    # clone: parameters may be views of one flat buffer (FlatAdam), and safetensors refuses shared storage
+    # clone: parameters may be views of one flat buffer (FlatOptimizer), and safetensors refuses shared storage
     save_file({k: v.detach().cpu().clone(memory_format=torch.contiguous_format) for k, v in checkpoint.weights.items()},
               tmp / "weights.safetensors")
     torch.save(checkpoint.agent, tmp / "agent.pt")

@@ -1,0 +1,393 @@
+"""Off-policy replay: a preallocated time-major ring filled from a NEXT_STEP vector env, n-step returns, and
+proportional prioritisation with a sum tree (Schaul et al. 2016, arXiv:1511.05952).
+
+Layout. Storage is `[R, B, ...]` (R rows per env, B envs), written one row per vector step. Row `t` holds
+obs_t (only its newest frame when `frame_stack > 1`), actions_t, rewards_t, terminated_t, truncated_t. The
+next observation of transition t is the observation of row t + 1 of the same env, so it is not stored
+twice: `add` writes it straight into row t + 1 (the "pending" row, whose other fields come with the next
+`add`). With NEXT_STEP autoreset (see `rlfoundry.envs`) the row after an episode end is a *reset row*: its
+observation is the episode's true final observation (the bootstrap target on truncation), its action was
+ignored and its reward is 0. The buffer marks it from the previous step's `terminated | truncated` and never
+samples it as a transition.
+
+Sampleable ("ready") transitions. Row r of env e is ready when it is not a reset row, its n-step window is
+complete (n rows written, or an episode end within fewer) and its observation stack and the bootstrap one
+can be rebuilt. Readiness is decided once, in `add`, with a loop over k < n vectorised over envs; sampling
+reads one flag. The newest `capacity // num_envs` rows are the stored transitions; with frame stacking the
+`frame_stack - 1` rows before them stay in the ring as history for the oldest stacks, plus one pending row:
+R = capacity // num_envs + frame_stack.
+
+Frame stacks. With `frame_stack = S > 1` an observation is [S * C, H, W] (S frames of C channels, oldest
+first, as `rlfoundry.envs.atari` lays them out) and consecutive observations share S - 1 frames, so one
+frame [C, H, W] is stored per row and stacks are rebuilt at sample time from the ring. Which older frames a
+stack holds is read from the data, not assumed: `add` compares the new stack's older frames with the
+previous stack's newer ones (one comparison of S - 1 frames per env and step). A continued stack (a normal
+step, and ALE's step after a life loss, where the game and its frame stack go on) reuses the previous rows;
+a fresh stack (after a game reset) has padding in place of the frames before the episode, which
+`frame_padding` names: "zero" (ALE's AtariVectorEnv, checked against ale-py 0.12.1) or "first" (copies of the
+first frame, Gymnasium's FrameStackObservation). Per row, `depth` (int8) counts the real frames in its
+stack; a negative depth marks a stack whose older frames are not in the ring (the first observation given
+to an empty buffer mid-episode, or an env that changed its stack without an episode end): such rows are not
+sampled until S real frames are in the ring. A fresh stack after a reset row whose padding is not
+`frame_padding` is an error, since every episode start would otherwise be dropped silently.
+
+Footprint per transition: one frame plus actions, a float32 reward and five one-byte flags (terminated,
+truncated, reset row, ready, depth). 1M Atari transitions ([4, 84, 84] uint8, int64 actions): 7056 + 8 + 4
++ 5 = 7073 bytes, 7.07e9 bytes = 6.59 GiB (`nbytes`), against 28.2 GiB for obs and next_obs stacks stored
+whole. Storage is allocated with `np.zeros` (calloc), so the OS commits pages as they are first written.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+PADDING = ("zero", "first")
+
+
+class ReplaySample(NamedTuple):
+    """A batch of N transitions; `rewards`, `next_obs` and `discounts` are n-step."""
+
+    obs: np.ndarray  # [N, *obs_shape]
+    actions: np.ndarray  # [N, *action_shape]
+    rewards: np.ndarray  # [N] float32: sum_{i<=k} gamma^i r_{t+i}, k the last step of the window
+    next_obs: np.ndarray  # [N, *obs_shape]: the observation after step t+k (the true final one at an end)
+    discounts: np.ndarray  # [N] float32: gamma^(k+1), 0 when step t+k terminated
+    weights: np.ndarray  # [N] float32: importance weights (ones for uniform sampling)
+    indices: np.ndarray  # [N] int64: flat slots (row * num_envs + env), for `update_priorities`
+
+
+class ReplayBuffer:
+    """Uniform replay over the ready transitions of the newest `capacity // num_envs` vector steps."""
+
+    def __init__(self, capacity: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype, action_shape: tuple[int, ...],
+                 action_dtype, n_step: int = 1, gamma: float = 0.99, frame_stack: int = 1, frame_padding: str = "zero"):
+        obs_shape, action_shape = tuple(obs_shape), tuple(action_shape)
+        self.capacity_rows = capacity // num_envs
+        if n_step < 1 or self.capacity_rows < n_step + 1:
+            raise ValueError(f"capacity {capacity} with num_envs {num_envs} and n_step {n_step}: need n_step >= 1 and "
+                             f"capacity >= num_envs * (n_step + 1)")
+        if frame_stack < 1 or (frame_stack > 1 and (not obs_shape or obs_shape[0] % frame_stack)):
+            raise ValueError(f"frame_stack {frame_stack} does not divide the leading axis of obs_shape {obs_shape}")
+        if frame_padding not in PADDING:
+            raise ValueError(f"frame_padding = {frame_padding!r}; allowed: {', '.join(PADDING)}")
+        self.capacity, self.num_envs, self.n_step, self.gamma = capacity, num_envs, n_step, float(gamma)
+        self.obs_shape, self.obs_dtype = obs_shape, np.dtype(obs_dtype)
+        self.action_shape, self.action_dtype = action_shape, np.dtype(action_dtype)
+        self.frame_stack, self.frame_padding = frame_stack, frame_padding
+        self.channels = obs_shape[0] // frame_stack if frame_stack > 1 else 0
+        frame_shape = obs_shape if frame_stack == 1 else (self.channels, *obs_shape[1:])
+        self.num_rows = R = self.capacity_rows + frame_stack  # + history rows + the pending row
+        B = num_envs
+        self.frames = np.zeros((R, B, *frame_shape), self.obs_dtype)  # the whole obs when frame_stack == 1
+        self.actions = np.zeros((R, B, *action_shape), self.action_dtype)
+        self.rewards = np.zeros((R, B), np.float32)
+        self.terminated = np.zeros((R, B), bool)
+        self.truncated = np.zeros((R, B), bool)
+        self.reset_rows = np.zeros((R, B), bool)
+        self.ready = np.zeros((R, B), bool)
+        # real frames per stack (see the module docstring); always 1 without frame stacking, at no cost
+        self.depth = np.ones((R, B), np.int8) if frame_stack > 1 else np.broadcast_to(np.int8(1), (R, B))
+        self.step = 0  # full rows written so far; row `step` is the pending one
+        self.prev_done = np.zeros(B, bool)
+        self.num_ready = 0
+
+    # ---------------------------------------------------------------- filling
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
+            truncated: np.ndarray, next_obs: np.ndarray) -> None:
+        """Store one vector step: the agent saw `obs` [B, ...], took `actions`, and `envs.step` returned
+        `next_obs, rewards, terminated, truncated` (`next_obs` is the true final observation where an episode
+        ended). `obs` is written only on the first call; later it is the pending row already (and is read for
+        the frame-stack comparison). Reset rows follow from the previous call's `terminated | truncated`."""
+        self._add(obs, actions, rewards, terminated, truncated, next_obs)
+
+    def _add(self, obs, actions, rewards, terminated, truncated, next_obs) -> tuple[np.ndarray, np.ndarray]:
+        """`add`, returning the flat slots that became ready and those that left the buffer."""
+        t, R, B = self.step, self.num_rows, self.num_envs
+        s = t % R
+        if t == 0:
+            self._write_obs(0, obs, None, np.zeros(B, bool))
+        self.actions[s] = actions
+        self.rewards[s] = rewards
+        self.terminated[s] = terminated
+        self.truncated[s] = truncated
+        self.reset_rows[s] = self.prev_done
+        self.ready[s] = False
+        removed = np.empty(0, np.int64)
+        if t >= self.capacity_rows:  # row t - capacity_rows leaves the stored window (it may stay as history)
+            left = (t - self.capacity_rows) % R
+            removed = np.flatnonzero(self.ready[left]) + left * B
+            self.num_ready -= removed.size
+            self.ready[left] = False
+        done = self.terminated[s] | self.truncated[s]
+        self._write_obs((t + 1) % R, next_obs, obs, self.reset_rows[s])
+        bootstrap_ok = self.depth[(t + 1) % R] > 0
+        blocked = np.zeros(B, bool)  # an episode ended within rows t-k .. t-1
+        became = []
+        for k in range(min(self.n_step, t + 1)):
+            r = (t - k) % R
+            if k > 0:
+                blocked |= self.terminated[r] | self.truncated[r]
+            complete = ~blocked & (done if k < self.n_step - 1 else True)
+            new = complete & ~self.reset_rows[r] & (self.depth[r] > 0) & bootstrap_ok
+            self.ready[r] |= new
+            became.append(np.flatnonzero(new) + r * B)
+        self.prev_done = done
+        self.step = t + 1
+        became = np.concatenate(became)
+        self.num_ready += became.size
+        return became, removed
+
+    def _write_obs(self, slot: int, obs: np.ndarray, prev_obs: np.ndarray | None, after_reset: np.ndarray) -> None:
+        """Write an observation into `slot` and, with frame stacking, its depth (see the module docstring)."""
+        obs = np.asarray(obs)
+        if obs.shape != (self.num_envs, *self.obs_shape):
+            raise ValueError(f"observations of shape {obs.shape}; this buffer stores {(self.num_envs, *self.obs_shape)}")
+        S, C = self.frame_stack, self.channels
+        if S == 1:
+            self.frames[slot] = obs
+            return
+        self.frames[slot] = obs[:, -C:]
+        older = obs[:, :-C].reshape(self.num_envs, -1)
+        if self.frame_padding == "zero":
+            padded = ~older.any(axis=1)
+        else:
+            padded = (obs[:, :-C] == np.tile(obs[:, -C:], (1, S - 1) + (1,) * (obs.ndim - 2))).reshape(self.num_envs, -1).all(1)
+        if prev_obs is None:
+            continued = np.zeros(self.num_envs, bool)
+        else:
+            continued = (older == np.asarray(prev_obs)[:, C:].reshape(self.num_envs, -1)).all(axis=1)
+        fresh_bad = after_reset & ~continued & ~padded
+        if fresh_bad.any():
+            raise ValueError(f"env {int(np.flatnonzero(fresh_bad)[0])}: the first observation of an episode has older "
+                             f"frames that are neither the previous stack's nor frame_padding = '{self.frame_padding}' "
+                             f"padding; allowed: {', '.join(PADDING)}")
+        prev = self.depth[(slot - 1) % self.num_rows].astype(np.int16)
+        grown = np.where(prev > 0, np.minimum(prev + 1, S), np.where(-prev + 1 >= S, S, prev - 1))
+        self.depth[slot] = np.where(continued, grown, np.where(padded, 1, -1))
+
+    # ---------------------------------------------------------------- sampling
+
+    def __len__(self) -> int:
+        """The number of transitions that can be sampled now."""
+        return self.num_ready
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._storage().values())
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> ReplaySample:
+        """`batch_size` transitions drawn uniformly (with replacement) from the ready ones."""
+        if self.num_ready == 0:
+            raise ValueError("the replay buffer has no complete transition to sample yet")
+        B, R = self.num_envs, self.num_rows
+        low = max(0, self.step - self.capacity_rows)
+        rows = np.empty(batch_size, np.int64)
+        envs = np.empty(batch_size, np.int64)
+        todo = np.arange(batch_size)
+        for _ in range(64):  # rejection: exactly uniform over ready slots; reset rows etc. are a small fraction
+            rows[todo] = rng.integers(low, self.step, todo.size)
+            envs[todo] = rng.integers(0, B, todo.size)
+            todo = todo[~self.ready[rows[todo] % R, envs[todo]]]
+            if todo.size == 0:
+                break
+        else:  # almost nothing ready: pick among the ready slots directly
+            ready = np.flatnonzero(self.ready)
+            pick = ready[rng.integers(0, ready.size, todo.size)]
+            rows[todo] = self._absolute(pick // B)
+            envs[todo] = pick % B
+        return self._gather(rows, envs, np.ones(batch_size, np.float32))
+
+    def _absolute(self, slots: np.ndarray) -> np.ndarray:
+        """Absolute row numbers of ring slots (the rows within the last R written)."""
+        return self.step - (self.step - slots) % self.num_rows
+
+    def _gather(self, rows: np.ndarray, envs: np.ndarray, weights: np.ndarray) -> ReplaySample:
+        """Transitions starting at absolute `rows` of `envs`, with vectorised n-step returns."""
+        R = self.num_rows
+        slots = rows % R
+        returns = np.zeros(rows.size)
+        last = np.zeros(rows.size, np.int64)  # the window's last step k
+        alive = np.ones(rows.size, bool)
+        terminal = np.zeros(rows.size, bool)
+        for k in range(self.n_step):
+            sk = (rows + k) % R
+            returns += np.where(alive, self.gamma**k * self.rewards[sk, envs], 0.0)
+            last[alive] = k
+            terminal |= alive & self.terminated[sk, envs]
+            alive &= ~(self.terminated[sk, envs] | self.truncated[sk, envs])
+        discounts = np.where(terminal, 0.0, self.gamma ** (last + 1.0))
+        return ReplaySample(
+            obs=self._stacks(rows, envs),
+            actions=self.actions[slots, envs],
+            rewards=returns.astype(np.float32),
+            next_obs=self._stacks(rows + last + 1, envs),
+            discounts=discounts.astype(np.float32),
+            weights=weights,
+            indices=slots * self.num_envs + envs,
+        )
+
+    def _stacks(self, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        """Observations of absolute `rows`: stacks rebuilt from the newest frame of each row and its padding."""
+        if self.frame_stack == 1:
+            return self.frames[rows % self.num_rows, envs]
+        S = self.frame_stack
+        depth = self.depth[rows % self.num_rows, envs].astype(np.int64)[:, None]  # > 0 for ready rows
+        back = np.arange(S - 1, -1, -1)[None]  # how many rows back each position of the stack lies, oldest first
+        frames = self.frames[(rows[:, None] - np.minimum(back, depth - 1)) % self.num_rows, envs[:, None]]
+        if self.frame_padding == "zero":
+            frames[back >= depth] = 0
+        return frames.reshape(rows.size, *self.obs_shape)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def _storage(self) -> dict[str, np.ndarray]:
+        arrays = {"frames": self.frames, "actions": self.actions, "rewards": self.rewards, "terminated": self.terminated,
+                  "truncated": self.truncated, "reset_rows": self.reset_rows, "ready": self.ready}
+        if self.frame_stack > 1:
+            arrays["depth"] = self.depth
+        return arrays
+
+    def _config(self) -> np.ndarray:
+        return np.array([self.capacity, self.num_envs, self.n_step, self.frame_stack], np.int64)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Plain arrays for `np.savez` / `np.load(allow_pickle=False)`. The storage entries are views of the
+        buffer (no copy of gigabytes), cut to the rows written so far: save them before the next `add`."""
+        used = min(self.step + 1, self.num_rows)
+        state = {name: array[:used] for name, array in self._storage().items()}
+        state.update(config=self._config(), gamma=np.float64(self.gamma), step=np.int64(self.step),
+                     prev_done=self.prev_done.copy())
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore `state_dict()`. Raises ValueError, changing nothing, when it does not fit this buffer."""
+        self._check_state(state)
+        used = int(state["frames"].shape[0])
+        for name, array in self._storage().items():
+            array[:used] = state[name]
+            array[used:] = 0 if name != "depth" else 1
+        self.step = int(state["step"])
+        self.prev_done = np.array(state["prev_done"], bool)
+        self.num_ready = int(self.ready.sum())
+
+    def _check_state(self, state: dict[str, np.ndarray]) -> None:
+        names = [*self._storage(), "config", "gamma", "step", "prev_done"]
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise ValueError(f"replay state lacks {', '.join(missing)}")
+        if not np.array_equal(state["config"], self._config()) or float(state["gamma"]) != self.gamma:
+            raise ValueError(f"replay state for [capacity, num_envs, n_step, frame_stack] = {state['config'].tolist()}, "
+                             f"gamma {float(state['gamma'])}; this buffer has {self._config().tolist()}, gamma {self.gamma}")
+        step = int(state["step"])
+        used = min(step + 1, self.num_rows)
+        for name, array in self._storage().items():
+            got = state[name]
+            if got.dtype != array.dtype or got.shape != (used, *array.shape[1:]):
+                raise ValueError(f"replay state '{name}': {got.dtype} {got.shape}, expected {array.dtype} "
+                                 f"{(used, *array.shape[1:])}")
+        if state["prev_done"].shape != (self.num_envs,):
+            raise ValueError(f"replay state 'prev_done': shape {state['prev_done'].shape}, expected ({self.num_envs},)")
+
+
+class SumTree:
+    """A binary tree of sums over `capacity` non-negative leaves, in one float64 array (node i has children
+    2i and 2i + 1; leaves start at `size`, a power of two). Updates and searches work on whole batches with a
+    loop over the tree's levels."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.size = 1 << max(0, (capacity - 1).bit_length())
+        self.levels = self.size.bit_length() - 1
+        self.nodes = np.zeros(2 * self.size)
+
+    @property
+    def total(self) -> float:
+        return float(self.nodes[1])
+
+    @property
+    def leaves(self) -> np.ndarray:
+        return self.nodes[self.size:self.size + self.capacity]
+
+    def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        """Set leaves (the last value wins for repeated indices) and recompute their ancestors from their
+        children, so sums never accumulate rounding drift."""
+        nodes = np.asarray(indices, np.int64) + self.size
+        self.nodes[nodes] = priorities
+        for _ in range(self.levels):
+            nodes = np.unique(nodes // 2)
+            self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
+
+    def find(self, prefix_sums: np.ndarray) -> np.ndarray:
+        """The leaf i for each value v with sum(leaves[:i]) <= v < sum(leaves[:i+1]). Values are clamped into
+        the tree's mass, and a leaf of priority 0 is never returned while the total is positive."""
+        value = np.asarray(prefix_sums, np.float64).copy()
+        node = np.ones(value.shape, np.int64)
+        for _ in range(self.levels):
+            left = self.nodes[2 * node]
+            right = (value >= left) & (self.nodes[2 * node + 1] > 0)
+            value -= np.where(right, left, 0.0)
+            node = 2 * node + right
+        return node - self.size
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritisation (Schaul et al. 2016): P(i) = p_i / sum_j p_j with p_i = (|delta_i| + eps)^alpha,
+    new transitions at the largest priority so far, stratified sampling over `batch_size` equal segments of the
+    total, and importance weights (N P(i))^-beta divided by their maximum in the batch (N: ready transitions)."""
+
+    def __init__(self, capacity: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype, action_shape: tuple[int, ...],
+                 action_dtype, n_step: int = 1, gamma: float = 0.99, frame_stack: int = 1, frame_padding: str = "zero",
+                 alpha: float = 0.6, eps: float = 1e-6):
+        super().__init__(capacity, num_envs, obs_shape, obs_dtype, action_shape, action_dtype, n_step, gamma,
+                         frame_stack, frame_padding)
+        self.alpha, self.eps = float(alpha), float(eps)
+        self.tree = SumTree(self.num_rows * num_envs)  # leaf = flat slot; 0 for anything not ready
+        self.max_priority = 1.0
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
+            truncated: np.ndarray, next_obs: np.ndarray) -> None:
+        became, removed = self._add(obs, actions, rewards, terminated, truncated, next_obs)
+        self.tree.update(np.concatenate([removed, became]),
+                         np.concatenate([np.zeros(removed.size), np.full(became.size, self.max_priority)]))
+
+    def sample(self, batch_size: int, rng: np.random.Generator, beta: float = 1.0) -> ReplaySample:
+        """`batch_size` transitions, one from each of `batch_size` equal segments of the priority mass; `beta`
+        (annealed by the caller towards 1) sets how much the weights correct for the non-uniform draw."""
+        if self.num_ready == 0:
+            raise ValueError("the replay buffer has no complete transition to sample yet")
+        total = self.tree.total
+        slots = self.tree.find((np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size))
+        probs = self.tree.leaves[slots] / total
+        weights = (self.num_ready * probs) ** -beta
+        weights /= weights.max()
+        rows = self._absolute(slots // self.num_envs)
+        return self._gather(rows, slots % self.num_envs, weights.astype(np.float32))
+
+    def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
+        """Set p = (|td_error| + eps)^alpha for sampled `indices`; slots that left the buffer since are skipped."""
+        indices = np.asarray(indices, np.int64)
+        priorities = (np.abs(np.asarray(td_errors, np.float64)) + self.eps) ** self.alpha
+        keep = self.ready.reshape(-1)[indices]
+        if keep.any():
+            self.tree.update(indices[keep], priorities[keep])
+            self.max_priority = max(self.max_priority, float(priorities[keep].max()))
+
+    @property
+    def nbytes(self) -> int:
+        return super().nbytes + self.tree.nodes.nbytes
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        state = super().state_dict()
+        state.update(priorities=self.tree.leaves, max_priority=np.float64(self.max_priority))
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        got = state.get("priorities")
+        if got is None or got.dtype != np.float64 or got.shape != (self.tree.capacity,) or "max_priority" not in state:
+            raise ValueError(f"replay state: 'priorities' float64 ({self.tree.capacity},) and 'max_priority' expected")
+        super().load_state_dict(state)
+        self.tree.update(np.arange(self.tree.capacity), got)
+        self.max_priority = float(state["max_priority"])
