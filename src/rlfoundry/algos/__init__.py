@@ -3,7 +3,8 @@
 from rlfoundry.algos.a2c import A2C
 from rlfoundry.algos.base import Agent, Iteration
 from rlfoundry.algos.ppo import PPO
+from rlfoundry.algos.reinforce import REINFORCE
 
-ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C}
+ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C, "reinforce": REINFORCE}
 
 __all__ = ["ALGORITHMS", "Agent", "Iteration"]

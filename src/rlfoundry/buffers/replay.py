@@ -258,7 +258,7 @@ class ReplayBuffer:
         buffer (no copy of gigabytes), cut to the rows written so far: save them before the next `add`."""
         used = min(self.step + 1, self.num_rows)
         state = {name: array[:used] for name, array in self._storage().items()}
-        state.update(config=self._config(), gamma=np.float64(self.gamma), step=np.int64(self.step),
+        state.update(config=self._config(), gamma=np.array(self.gamma), step=np.array(self.step, np.int64),
                      prev_done=self.prev_done.copy())
         return state
 
@@ -314,8 +314,11 @@ class SumTree:
     def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set leaves (the last value wins for repeated indices) and recompute their ancestors from their
         children, so sums never accumulate rounding drift."""
-        nodes = np.asarray(indices, np.int64) + self.size
-        self.nodes[nodes] = priorities
+        indices = np.asarray(indices, np.int64)
+        priorities = np.broadcast_to(np.asarray(priorities, np.float64), indices.shape)
+        unique, last = np.unique(indices[::-1], return_index=True)  # first in reversed order: the last given
+        nodes = unique + self.size
+        self.nodes[nodes] = priorities[::-1][last]
         for _ in range(self.levels):
             nodes = np.unique(nodes // 2)
             self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
@@ -381,7 +384,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = super().state_dict()
-        state.update(priorities=self.tree.leaves, max_priority=np.float64(self.max_priority))
+        state.update(priorities=self.tree.leaves, max_priority=np.array(self.max_priority))
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:

@@ -95,7 +95,7 @@ class RolloutCollector:
 
     def __init__(self, envs: VectorEnv, spec: EnvSpec, num_steps: int, device: torch.device, seed: int,
                  resume: dict[str, np.ndarray] | None = None):
-        """`resume` ({"next_obs", "prev_done"} from `state()`) continues from restored envs instead of resetting them."""
+        """`resume` (what `state()` returned) continues from restored envs instead of resetting them."""
         self.envs, self.spec, self.num_steps, self.device = envs, spec, num_steps, device
         shape = (num_steps, spec.num_envs)
         self.obs = np.zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)
@@ -108,6 +108,7 @@ class RolloutCollector:
             self.prev_done = np.zeros(spec.num_envs, dtype=bool)
         else:
             self.next_obs, self.prev_done = resume["next_obs"].copy(), resume["prev_done"].copy()
+            self.valid[-1] = resume.get("last_valid", ~self.prev_done)
         if spec.discrete:
             self.low = self.high = None
         else:
@@ -115,7 +116,8 @@ class RolloutCollector:
 
     def state(self) -> dict[str, np.ndarray]:
         """What carries over between rollouts, for checkpoints."""
-        return {"next_obs": np.ascontiguousarray(self.next_obs, dtype=self.obs.dtype), "prev_done": self.prev_done.copy()}
+        return {"next_obs": np.ascontiguousarray(self.next_obs, dtype=self.obs.dtype), "prev_done": self.prev_done.copy(),
+                "last_valid": self.valid[-1].copy()}
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device, non_blocking=True)

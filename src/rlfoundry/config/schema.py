@@ -13,10 +13,11 @@ from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
 from rlfoundry.algos.a2c import A2CConfig
 from rlfoundry.algos.ppo import PPOConfig
+from rlfoundry.algos.reinforce import REINFORCEConfig
 from rlfoundry.config.base import StrictModel
 
 # One entry per algorithm; the `name` key of the `algo` section picks the class.
-ALGO_CONFIGS: dict[str, type[StrictModel]] = {"ppo": PPOConfig, "a2c": A2CConfig}
+ALGO_CONFIGS: dict[str, type[StrictModel]] = {"ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig}
 
 
 def _algo_name(value: Any) -> str | None:

@@ -1,0 +1,158 @@
+"""REINFORCE: Monte-Carlo policy gradient (Williams 1992), with an optional learned baseline.
+
+    for each iteration:
+        collect num_steps × num_envs transitions; keep the episodes that end inside the rollout
+        G_t = Σ_k γ^k r_{t+k} to the episode's end (reward-to-go), or the whole episode's return G_0
+        target = G − V(s) with a baseline (the advantage), else G; optionally standardised
+        loss = −mean(target · log π(a|s)) + vf_coef · mean((V − G)²) − ent_coef · mean(H[π])
+        one Adam step with the gradient norm clipped
+
+Deliberate choices:
+- Only complete episodes are learned from: a step counts when its episode ends inside the rollout
+  (and, for whole-episode returns, also starts inside it), so `num_steps` should cover an episode.
+  Steps of episodes cut by the rollout's end are dropped, not bootstrapped: that is what keeps the
+  estimate Monte Carlo. Truncation by a time limit ends the sum like termination (no bootstrap).
+- Reward-to-go is the default (the lower-variance form that drops rewards before t, Sutton & Barto
+  2018, §13.3); `returns: episode` is the original estimator with G_0 for every step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, PositiveInt
+
+from rlfoundry.algos.base import (
+    Agent, Iteration, actor_critic_state, autocast, load_actor_critic_state, predict_actions,
+)
+from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.buffers.rollout import RolloutCollector, discounted_scan
+from rlfoundry.config.base import StrictModel
+from rlfoundry.config.schedule import Schedule
+from rlfoundry.nets import build_actor_critic
+
+
+class REINFORCEConfig(StrictModel):
+    name: Literal["reinforce"] = "reinforce"
+    lr: Schedule = Field(Schedule(start=1e-3), description="Adam learning rate (number or lin_<start>).")
+    num_steps: PositiveInt = Field(500, description="Steps per env in each rollout; should cover whole episodes.")
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
+    returns: Literal["reward_to_go", "episode"] = Field(
+        "reward_to_go", description="reward_to_go: G_t from step t on; episode: the whole episode's return G_0."
+    )
+    baseline: bool = Field(True, description="Subtract a learned value V(s): the target becomes the advantage G − V.")
+    normalize_targets: bool = Field(True, description="Standardise the targets over each batch.")
+    ent_coef: Schedule = Field(Schedule(start=0.0), description="Entropy bonus (number or lin_<start>).")
+    vf_coef: float = Field(0.5, ge=0, description="Value-loss weight (with the baseline).")
+    max_grad_norm: float = Field(0.5, gt=0, description="Global gradient-norm clip.")
+    adam_eps: float = Field(1e-5, gt=0, description="Adam ε.")
+
+    def check_with(self, num_envs: int) -> None:
+        """Nothing depends on the env count here."""
+
+    @staticmethod
+    def defaults_for(observation_space, action_space) -> dict[str, Any]:
+        return {"env": {"num_envs": 8}, "train": {"total_timesteps": 500_000}}
+
+
+def monte_carlo_targets(
+    rewards: torch.Tensor, dones: torch.Tensor, valid: torch.Tensor, first_row_starts: torch.Tensor,
+    gamma: float, whole_episode: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(returns [T, B], mask [T, B]) for REINFORCE over a NEXT_STEP rollout.
+
+    `dones[t]`: the episode ended at step t; `valid[t]`: row t is a real step (not a reset row);
+    `first_row_starts[b]`: row 0 of env b is the first step of an episode. The mask keeps the steps
+    whose return is complete: their episode ends inside the rollout (and starts inside it too for
+    whole-episode returns).
+    """
+    returns = discounted_scan(rewards, gamma * (1.0 - dones))
+    ends_later = dones.flip(0).cummax(0).values.flip(0).bool()  # some step at or after t ends the episode
+    mask = valid & ends_later
+    if whole_episode:
+        previous_invalid = torch.cat([first_row_starts.unsqueeze(0), ~valid[:-1]])
+        starts = valid & previous_invalid  # the first step of an episode
+        steps = torch.arange(len(rewards), device=rewards.device).unsqueeze(1).expand_as(rewards)
+        start_index = torch.where(starts, steps, -1).cummax(0).values  # the latest start at or before t
+        returns = returns.gather(0, start_index.clamp(min=0))
+        mask &= start_index >= 0
+    return returns, mask
+
+
+def reinforce_loss(
+    logprobs: torch.Tensor, targets: torch.Tensor, values: torch.Tensor | None, returns: torch.Tensor,
+    entropy: torch.Tensor, vf_coef: float, ent_coef: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The REINFORCE loss over a batch [N]; `values` is None without a baseline."""
+    policy_loss = -(targets * logprobs).mean()
+    entropy_mean = entropy.mean()
+    loss = policy_loss - ent_coef * entropy_mean
+    stats = {"loss/policy": policy_loss.detach(), "loss/entropy": entropy_mean.detach()}
+    if values is not None:
+        value_loss = (values - returns).square().mean()
+        loss = loss + vf_coef * value_loss
+        stats["loss/value"] = value_loss.detach()
+    return loss, stats
+
+
+class REINFORCE(Agent):
+    def __init__(self, cfg, spec, device: torch.device):
+        self.cfg, self.spec, self._device = cfg, spec, device
+        self.algo: REINFORCEConfig = cfg.algo
+        self.policy = build_actor_critic(spec, cfg.network).to(device)  # the value head is the baseline
+        self.optimizer = FlatOptimizer(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
+        self.collector = None
+        self.resume_collector: dict[str, np.ndarray] | None = None
+        self.autocast = lambda: autocast(device, cfg.train.precision)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def iterate(self, envs, progress: float) -> Iteration:
+        algo = self.algo
+        if self.collector is None:
+            self.collector = RolloutCollector(envs, self.spec, algo.num_steps, self.device, self.cfg.train.seed,
+                                              resume=self.resume_collector)
+        # Row 0 starts an episode when the row before it (the previous rollout's last) was a reset row, or
+        # none was collected yet (the envs were just reset): the storage still holds that row's flag.
+        first_row_starts = torch.as_tensor(~self.collector.valid[-1], device=self.device)
+        with self.autocast():
+            rollout, collected = self.collector.collect(self.policy)
+        start = time.perf_counter()
+        returns, mask = monte_carlo_targets(rollout.rewards, rollout.dones, rollout.valid, first_row_starts,
+                                            algo.gamma, algo.returns == "episode")
+        index = mask.flatten().nonzero().squeeze(-1)
+        lr, ent_coef = algo.lr(progress), algo.ent_coef(progress)
+        self.optimizer.set_lr(lr)
+        metrics: dict[str, float] = {"diag/used_fraction": len(index) / mask.numel(), "diag/lr": lr}
+        if len(index) > 0:
+            with self.autocast():
+                logprobs, entropy, values = self.policy.evaluate(rollout.obs.flatten(0, 1)[index],
+                                                                 rollout.actions.flatten(0, 1)[index])
+            returns = returns.flatten()[index]
+            targets = returns - values.detach() if algo.baseline else returns
+            if algo.normalize_targets and len(index) > 1:
+                targets = (targets - targets.mean()) / (targets.std() + 1e-8)
+            if ent_coef == 0:
+                entropy = entropy.detach()
+            loss, stats = reinforce_loss(logprobs, targets, values if algo.baseline else None, returns, entropy,
+                                         algo.vf_coef, ent_coef)
+            self.optimizer.update(loss)
+            metrics.update({key: float(value) for key, value in stats.items()})
+        metrics.update({"time/env": collected.time_env, "time/act": collected.time_act,
+                        "time/learn": time.perf_counter() - start})
+        steps = algo.num_steps * self.spec.num_envs
+        return Iteration(steps, metrics, collected.episode_returns, collected.episode_lengths)
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        return predict_actions(self, obs, deterministic)
+
+    def state_dict(self) -> dict[str, Any]:
+        return actor_critic_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_actor_critic_state(self, state)
