@@ -13,8 +13,11 @@ def test_preset_trains_one_iteration(tmp_path, quiet, env_id, variant):
     shipped = load_config(f"{env_id}:{variant}")  # the preset as shipped is valid
     # Shrunk so the whole matrix stays fast: 2 envs × 64 steps, two minibatches (PPO), short episodes.
     rollout = 2 * 64
-    minibatches = ["algo.minibatch_size=0.5"] if shipped.algo.name == "ppo" else []
-    overrides = [*quiet, "env.num_envs=2", "algo.num_steps=64", *minibatches,
+    shrink = {
+        "ppo": ["algo.num_steps=64", "algo.minibatch_size=0.5"],
+        "dqn": ["algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16"],
+    }.get(shipped.algo.name, ["algo.num_steps=64"])
+    overrides = [*quiet, "env.num_envs=2", *shrink,
                  f"train.total_timesteps={rollout}", "eval.every_steps=0", "eval.episodes=1",
                  # ALE's time limit counts emulator frames: 800 frames are 200 agent steps
                  "env.atari.max_episode_frames=800" if env_id.startswith("ALE/") else "env.max_episode_steps=200"]

@@ -2,9 +2,10 @@
 
 from rlfoundry.algos.a2c import A2C
 from rlfoundry.algos.base import Agent, Iteration
+from rlfoundry.algos.dqn import DQN
 from rlfoundry.algos.ppo import PPO
 from rlfoundry.algos.reinforce import REINFORCE
 
-ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C, "reinforce": REINFORCE}
+ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C, "reinforce": REINFORCE, "dqn": DQN}
 
 __all__ = ["ALGORITHMS", "Agent", "Iteration"]

@@ -40,6 +40,11 @@ class Agent:
     def device(self) -> torch.device:
         raise NotImplementedError
 
+    def forget_env_position(self) -> None:
+        """After a resume whose envs could not be restored (they are reset): drop what the agent
+        remembers of the envs' current step, so its first iteration starts from a reset."""
+        self.resume_collector = None
+
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:
     """The mixed-precision context for `train.precision`: a no-op for fp32."""

@@ -17,19 +17,26 @@ import torch
 from torch import nn
 
 
+def flatten_parameters(module: nn.Module) -> nn.Parameter:
+    """Move all of `module`'s parameters into one contiguous buffer (each becomes a view of it) and give
+    them gradients that are views of one flat gradient buffer; returns the flat parameter."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    flat = nn.Parameter(torch.cat([p.detach().flatten() for p in params]))
+    flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        size = p.numel()
+        p.data = flat.data[offset : offset + size].view_as(p)
+        # With .grad already set, backward accumulates into it in place, i.e. into the flat buffer.
+        p.grad = flat.grad[offset : offset + size].view_as(p)
+        offset += size
+    return flat
+
+
 class FlatOptimizer:
     def __init__(self, module: nn.Module, lr: float, eps: float, max_grad_norm: float | None, kind: str = "adam",
                  rmsprop_alpha: float = 0.99):
-        params = [p for p in module.parameters() if p.requires_grad]
-        self.flat = nn.Parameter(torch.cat([p.detach().flatten() for p in params]))
-        self.flat.grad = torch.zeros_like(self.flat)
-        offset = 0
-        for p in params:
-            size = p.numel()
-            p.data = self.flat.data[offset : offset + size].view_as(p)
-            # With .grad already set, backward accumulates into it in place, i.e. into the flat buffer.
-            p.grad = self.flat.grad[offset : offset + size].view_as(p)
-            offset += size
+        self.flat = flatten_parameters(module)
         self.max_grad_norm = max_grad_norm
         if kind == "adam":
             fused = self.flat.device.type in ("cpu", "cuda")

@@ -12,12 +12,15 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
 
 from rlfoundry.algos.a2c import A2CConfig
+from rlfoundry.algos.dqn import DQNConfig
 from rlfoundry.algos.ppo import PPOConfig
 from rlfoundry.algos.reinforce import REINFORCEConfig
 from rlfoundry.config.base import StrictModel
 
 # One entry per algorithm; the `name` key of the `algo` section picks the class.
-ALGO_CONFIGS: dict[str, type[StrictModel]] = {"ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig}
+ALGO_CONFIGS: dict[str, type[StrictModel]] = {
+    "ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig,
+}
 
 
 def _algo_name(value: Any) -> str | None:

@@ -64,3 +64,23 @@ class ActorCritic(nn.Module):
 
 def build_actor_critic(spec: EnvSpec, net_cfg) -> ActorCritic:
     return ActorCritic(spec, net_cfg)
+
+
+class QNetwork(nn.Module):
+    """encoder → core → Q-values [N, A]; with `dueling`, Q = V + (A − mean A) from two linear streams
+    (Wang et al. 2016, arXiv:1511.06581)."""
+
+    def __init__(self, spec: EnvSpec, net_cfg, dueling: bool):
+        super().__init__()
+        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
+        self.core = CORES[net_cfg.core](self.encoder.out_features)
+        width, num_actions = self.core.out_features, int(spec.action_space.n)
+        self.advantage = nn.Linear(width, num_actions)
+        self.value = nn.Linear(width, 1) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        features = self.core(self.encoder(obs), None, None)[0].squeeze(0)  # the encoder's [1, N, H] as T = 1
+        q = self.advantage(features).float()
+        if self.value is not None:
+            q = self.value(features).float() + q - q.mean(-1, keepdim=True)
+        return q

@@ -168,12 +168,20 @@ def _is_weights(value: Any) -> bool:
     return isinstance(value, dict) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
 
 
-def split_agent_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """An agent's `state_dict()` as (weights for safetensors, flat names "<part>.<name>"; everything else)."""
+def _is_arrays(value: Any) -> bool:
+    """A mapping of names to numpy arrays (a replay buffer's storage): what goes to the .npz."""
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, np.ndarray) for v in value.values())
+
+
+def split_agent_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray], dict[str, Any]]:
+    """An agent's `state_dict()` as (weights for safetensors, arrays for the .npz — both with flat names
+    "<part>.<name>" — and everything else, for a weights-only torch.save)."""
     weights = {f"{key}.{name}": tensor for key, value in state.items() if _is_weights(value)
                for name, tensor in value.items()}
-    rest = {key: value for key, value in state.items() if not _is_weights(value)}
-    return weights, rest
+    arrays = {f"agent.{key}.{name}": array for key, value in state.items() if _is_arrays(value)
+              for name, array in value.items()}
+    rest = {key: value for key, value in state.items() if not _is_weights(value) and not _is_arrays(value)}
+    return weights, arrays, rest
 
 
 def agent_state(checkpoint: Checkpoint) -> dict[str, Any]:
@@ -182,5 +190,9 @@ def agent_state(checkpoint: Checkpoint) -> dict[str, Any]:
     for flat_name, tensor in checkpoint.weights.items():
         part, _, name = flat_name.partition(".")
         state.setdefault(part, {})[name] = tensor
+    for flat_name, array in checkpoint.arrays.items():
+        if flat_name.startswith("agent."):
+            part, _, name = flat_name.removeprefix("agent.").partition(".")
+            state.setdefault(part, {})[name] = array
     state.update({k: v for k, v in checkpoint.agent.items() if k != "torch_rng"})
     return state

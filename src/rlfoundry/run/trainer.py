@@ -284,11 +284,12 @@ class Trainer:
 
     def _save(self, agent, train_envs, progress: Progress, best_return: float | None) -> None:
         """Everything a resumed run needs to continue as if never stopped."""
-        weights, rest = ckpt.split_agent_state(agent.state_dict())
+        weights, agent_arrays, rest = ckpt.split_agent_state(agent.state_dict())
         rest["torch_rng"] = torch.get_rng_state()
         np_state = np.random.get_state()
         py_version, py_internal, py_gauss = random.getstate()
         env_state, arrays, why = envs_state.capture(train_envs)
+        arrays.update(agent_arrays)
         arrays["numpy_rng_keys"] = np_state[1]
         state = {
             "summary": self.summary,
@@ -324,7 +325,7 @@ class Trainer:
         else:
             self.log.warning("the envs' state was not captured (%s): they are reset, so this resumed run will not "
                              "repeat the uninterrupted one exactly", state["envs_not_captured"])
-            agent.resume_collector = None  # start from fresh episodes
+            agent.forget_env_position()  # start from fresh episodes
             if "obs_rms_mean" in checkpoint.arrays:
                 envs_lib.set_obs_stats(train_envs, checkpoint.arrays["obs_rms_mean"], checkpoint.arrays["obs_rms_var"],
                                        float(state["obs_rms_count"]))

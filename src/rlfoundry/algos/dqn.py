@@ -1,0 +1,218 @@
+"""Deep Q-Networks (Mnih et al. 2015) and the usual improvements, each switched in config:
+Double DQN (van Hasselt et al. 2016), dueling heads (Wang et al. 2016), n-step returns (Sutton 1988),
+prioritized replay (Schaul et al. 2016), hard or Polyak target updates.
+
+    for each iteration:
+        step the envs train_freq times with ε-greedy actions (ε: a linear schedule), into the replay
+        once learning_starts steps are stored, gradient_steps times:
+            sample a batch (uniform, or ∝ priority with importance weights (N·P)^-β, β annealed to 1)
+            target = R_n + γ^n · Q_target(s', argmax_a Q(s', a))   (double)   or  max_a Q_target(s', a)
+            loss = mean(w · Huber(Q(s, a) − target)); one Adam step, gradient norm clipped
+            (prioritized: new priorities |Q(s, a) − target|)
+        every target_update_interval env steps: θ_target ← τ·θ + (1 − τ)·θ_target   (τ = 1: a copy)
+
+Deliberate choices: defaults are Stable-Baselines3's DQN (Huber loss, grad norm 10, τ 1), so
+rl-baselines3-zoo hyperparameters carry over; truncation bootstraps and termination does not (the
+replay's n-step discounts carry that); reset rows of NEXT_STEP autoreset never enter a batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, PositiveInt
+
+from rlfoundry.algos.base import Agent, Iteration, autocast
+from rlfoundry.algos.optim import FlatOptimizer, flatten_parameters
+from rlfoundry.buffers.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlfoundry.config.base import StrictModel
+from rlfoundry.config.schedule import Schedule
+from rlfoundry.nets.policy import QNetwork
+from rlfoundry.run.seeding import env_seed
+
+
+class DQNConfig(StrictModel):
+    name: Literal["dqn"] = "dqn"
+    lr: Schedule = Field(Schedule(start=1e-4), description="Adam learning rate (number or lin_<start>).")
+    buffer_size: PositiveInt = Field(1_000_000, description="Replay capacity in transitions.")
+    learning_starts: int = Field(100, ge=0, description="Env steps stored before the first gradient step.")
+    batch_size: PositiveInt = Field(32, description="Transitions per gradient step.")
+    train_freq: PositiveInt = Field(4, description="Vector-env steps per iteration.")
+    gradient_steps: PositiveInt = Field(1, description="Gradient steps per iteration.")
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
+    n_step: PositiveInt = Field(1, description="n-step returns.")
+    tau: float = Field(1.0, gt=0, le=1, description="Target update: 1 copies the weights, < 1 is Polyak averaging.")
+    target_update_interval: PositiveInt = Field(10_000, description="Env steps between target updates.")
+    exploration_initial_eps: float = Field(1.0, ge=0, le=1, description="ε at the start.")
+    exploration_final_eps: float = Field(0.05, ge=0, le=1, description="ε after the decay.")
+    exploration_fraction: float = Field(0.1, gt=0, le=1, description="Fraction of training over which ε decays.")
+    double: bool = Field(True, description="Double DQN: the online network picks the next action.")
+    dueling: bool = Field(False, description="Dueling value/advantage heads.")
+    prioritized: bool = Field(False, description="Prioritized replay (proportional, sum tree).")
+    per_alpha: float = Field(0.6, ge=0, description="Priority exponent α.")
+    per_beta: float = Field(0.4, ge=0, le=1, description="Importance-weight exponent β at the start (annealed to 1).")
+    max_grad_norm: float = Field(10.0, gt=0, description="Global gradient-norm clip.")
+    adam_eps: float = Field(1e-8, gt=0, description="Adam ε.")
+
+    def check_with(self, num_envs: int) -> None:
+        if self.buffer_size < num_envs * max(self.n_step, 2):
+            raise ValueError(f"algo.buffer_size = {self.buffer_size}: too small for {num_envs} envs and n_step {self.n_step}")
+
+    @staticmethod
+    def defaults_for(observation_space, action_space) -> dict[str, Any]:
+        from gymnasium import spaces
+
+        if not isinstance(action_space, spaces.Discrete):
+            return {}  # the env check refuses it: DQN needs discrete actions
+        if len(observation_space.shape) == 3:  # SB3 / zoo Atari settings
+            return {"env": {"num_envs": 1}, "algo": {"buffer_size": 100_000, "learning_starts": 100_000,
+                    "target_update_interval": 1000, "exploration_fraction": 0.1, "exploration_final_eps": 0.01},
+                    "train": {"total_timesteps": 10_000_000}}
+        return {"env": {"num_envs": 1}, "algo": {"buffer_size": 100_000, "learning_starts": 1000},
+                "network": {"activation": "relu"}, "train": {"total_timesteps": 100_000}}
+
+
+def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Importance-weighted Huber loss over a batch [N]; `stats` are detached scalars."""
+    loss = (weights * torch.nn.functional.smooth_l1_loss(q_taken, targets, reduction="none")).mean()
+    return loss, {"loss/q": loss.detach(), "diag/q_mean": q_taken.detach().mean()}
+
+
+class DQN(Agent):
+    def __init__(self, cfg, spec, device: torch.device):
+        if not spec.discrete:
+            from rlfoundry.config.errors import ConfigError
+
+            raise ConfigError(f"algo.name = 'dqn': {spec.id} has continuous actions; DQN needs Discrete (try sac)")
+        self.cfg, self.spec, self._device = cfg, spec, device
+        self.algo: DQNConfig = cfg.algo
+        self.q = QNetwork(spec, cfg.network, self.algo.dueling).to(device)
+        self.target = copy.deepcopy(self.q)
+        self.optimizer = FlatOptimizer(self.q, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
+        self.target_flat = flatten_parameters(self.target).requires_grad_(False)
+        frame_stack = cfg.env.atari.frame_stack if spec.id.startswith("ALE/") else 1
+        replay = PrioritizedReplayBuffer if self.algo.prioritized else ReplayBuffer
+        extra = {"alpha": self.algo.per_alpha} if self.algo.prioritized else {}
+        self.replay = replay(self.algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, (), np.int64,
+                             n_step=self.algo.n_step, gamma=self.algo.gamma, frame_stack=frame_stack, **extra)
+        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))  # ε-greedy draws and replay sampling
+        self.obs: np.ndarray | None = None
+        self.env_steps = 0
+        self.next_target_update = self.algo.target_update_interval
+        self.autocast = lambda: autocast(device, cfg.train.precision)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def _greedy(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode(), self.autocast():
+            tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
+            return self.q(tensor).argmax(-1).cpu().numpy()
+
+    def _epsilon(self, progress: float) -> float:
+        algo = self.algo
+        done = min(1.0, progress / algo.exploration_fraction)
+        return algo.exploration_initial_eps + done * (algo.exploration_final_eps - algo.exploration_initial_eps)
+
+    def iterate(self, envs, progress: float) -> Iteration:
+        algo, num_envs = self.algo, self.spec.num_envs
+        if self.obs is None:
+            self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
+        returns: list[float] = []
+        lengths: list[int] = []
+        time_env = time_act = 0.0
+        epsilon = self._epsilon(progress)
+        for _ in range(algo.train_freq):
+            tick = time.perf_counter()
+            actions = self._greedy(self.obs)
+            explore = self.rng.random(num_envs) < epsilon
+            actions = np.where(explore, self.rng.integers(self.spec.action_space.n, size=num_envs), actions)
+            middle = time.perf_counter()
+            next_obs, rewards, terminated, truncated, info = envs.step(actions)
+            time_act += middle - tick
+            time_env += time.perf_counter() - middle
+            self.replay.add(self.obs, actions, rewards, terminated, truncated, next_obs)
+            self.obs = next_obs
+            if "_episode" in info:
+                ended = info["_episode"]
+                returns.extend(info["episode"]["r"][ended].tolist())
+                lengths.extend(info["episode"]["l"][ended].tolist())
+        self.env_steps += algo.train_freq * num_envs
+
+        start = time.perf_counter()
+        metrics: dict[str, float] = {"diag/epsilon": epsilon, "diag/replay_size": float(len(self.replay))}
+        if self.env_steps >= algo.learning_starts and len(self.replay) >= algo.batch_size:
+            self.optimizer.set_lr(algo.lr(progress))
+            beta = algo.per_beta + progress * (1.0 - algo.per_beta)
+            totals: dict[str, float] = {}
+            for _ in range(algo.gradient_steps):
+                for key, value in self._learn(beta).items():
+                    totals[key] = totals.get(key, 0.0) + value
+            metrics.update({key: float(value) / algo.gradient_steps for key, value in totals.items()})
+        while self.env_steps >= self.next_target_update:
+            self.target_flat.data.lerp_(self.optimizer.flat.data, algo.tau)  # τ = 1: an exact copy
+            self.next_target_update += algo.target_update_interval
+        metrics.update({"time/env": time_env, "time/act": time_act, "time/learn": time.perf_counter() - start})
+        return Iteration(algo.train_freq * num_envs, metrics, returns, lengths)
+
+    def _learn(self, beta: float) -> dict[str, torch.Tensor]:
+        algo = self.algo
+        if algo.prioritized:
+            batch = self.replay.sample(algo.batch_size, self.rng, beta=beta)
+        else:
+            batch = self.replay.sample(algo.batch_size, self.rng)
+        tensor = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
+        obs, next_obs = tensor(batch.obs), tensor(batch.next_obs)
+        with torch.no_grad(), self.autocast():
+            next_q = self.target(next_obs)
+            if algo.double:
+                next_q = next_q.gather(-1, self.q(next_obs).argmax(-1, keepdim=True)).squeeze(-1)
+            else:
+                next_q = next_q.max(-1).values
+            targets = tensor(batch.rewards) + tensor(batch.discounts) * next_q
+        with self.autocast():
+            q_taken = self.q(obs).gather(-1, tensor(batch.actions).long().unsqueeze(-1)).squeeze(-1)
+        loss, stats = dqn_loss(q_taken, targets, tensor(batch.weights))
+        self.optimizer.update(loss)
+        if algo.prioritized:
+            self.replay.update_priorities(batch.indices, (q_taken.detach() - targets).abs().cpu().numpy())
+        return stats
+
+    def forget_env_position(self) -> None:
+        self.obs = None
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Greedy actions (ε-greedy with the final ε when not deterministic)."""
+        actions = self._greedy(obs)
+        if deterministic:
+            return actions
+        explore = self.rng.random(len(actions)) < self.algo.exploration_final_eps
+        return np.where(explore, self.rng.integers(self.spec.action_space.n, size=len(actions)), actions)
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "q": self.q.state_dict(), "target": self.target.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "replay": self.replay.state_dict(),  # numpy arrays: they go to the checkpoint's .npz
+            "counters": {"env_steps": self.env_steps, "next_target_update": self.next_target_update,
+                         "rng": self.rng.bit_generator.state},
+        }
+        if self.obs is not None:
+            state["replay"] = {**state["replay"], "current_obs": np.ascontiguousarray(self.obs)}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        replay = dict(state["replay"])
+        current = replay.pop("current_obs", None)
+        self.replay.load_state_dict(replay)
+        self.obs = None if current is None else np.array(current)
+        counters = state["counters"]
+        self.env_steps, self.next_target_update = counters["env_steps"], counters["next_target_update"]
+        self.rng.bit_generator.state = counters["rng"]
