@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -54,6 +55,13 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager:
 # ---------------------------------------------------------------- shared by the on-policy actor-critics
 # (PPO, A2C): agents with `policy` (an ActorCritic), `optimizer` (a FlatOptimizer), `collector`
 # (a RolloutCollector, or None before the first iteration) and `resume_collector`.
+
+
+def finish_iteration(collected, steps: int, metrics: dict[str, float], learn_start: float) -> Iteration:
+    """The iteration's report: the algorithm's metrics plus the time breakdown every run records."""
+    metrics = {**metrics, "time/env": collected.time_env, "time/act": collected.time_act,
+               "time/learn": time.perf_counter() - learn_start}
+    return Iteration(steps, metrics, collected.episode_returns, collected.episode_lengths)
 
 
 def predict_actions(agent, obs: np.ndarray, deterministic: bool) -> np.ndarray:

@@ -26,7 +26,7 @@ import torch
 from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import (
-    Agent, Iteration, actor_critic_state, autocast, load_actor_critic_state, predict_actions,
+    Agent, Iteration, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
 )
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers.rollout import RolloutCollector, discounted_scan
@@ -143,10 +143,7 @@ class REINFORCE(Agent):
                                          algo.vf_coef, ent_coef)
             self.optimizer.update(loss)
             metrics.update({key: float(value) for key, value in stats.items()})
-        metrics.update({"time/env": collected.time_env, "time/act": collected.time_act,
-                        "time/learn": time.perf_counter() - start})
-        steps = algo.num_steps * self.spec.num_envs
-        return Iteration(steps, metrics, collected.episode_returns, collected.episode_lengths)
+        return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
 
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         return predict_actions(self, obs, deterministic)
