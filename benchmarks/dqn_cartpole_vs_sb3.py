@@ -1,0 +1,88 @@
+"""DQN training throughput on CartPole-v1: rlfoundry vs Stable-Baselines3, same settings, same process.
+
+Both use rl-zoo3's tuned CartPole-v1 DQN settings: 1 env, lr 2.3e-3, batch 64, buffer 1e5, learning
+starts 1000, target update every 10 steps, train every 256 steps with 128 gradient steps, ε 1 → 0.04
+over 16% of training, a 256x256 ReLU MLP, Huber loss, grad norm 10 (rlfoundry's CartPole-v1:dqn preset).
+rlfoundry runs plain DQN here (`algo.double=false`) because SB3's DQN is not double.
+steps/s = env steps / wall time of training (construction excluded); no evaluation.
+
+Run:  python benchmarks/dqn_cartpole_vs_sb3.py [--steps 20000] [--seeds 2] [--threads 1] [--out results.md]
+Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from common import frameworks, in_turn, sb3_missing
+
+
+def run_rlfoundry(seed: int, steps: int, threads: int) -> dict:
+    from rlfoundry.bench import bench_train
+
+    overrides = ["train.device=cpu", f"train.torch_threads={threads}", "algo.double=false"]
+    result = bench_train("CartPole-v1:dqn", overrides, steps, seed)
+    return {"steps": result["steps"], "wall": result["seconds"]}
+
+
+def run_sb3(seed: int, steps: int, threads: int) -> dict:
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(threads)
+    model = DQN("MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=seed), learning_rate=2.3e-3, batch_size=64,
+                buffer_size=100_000, learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
+                gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+                policy_kwargs={"net_arch": [256, 256]}, device="cpu", seed=seed, verbose=0)
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return {"steps": model.num_timesteps, "wall": time.perf_counter() - start}
+
+
+RUNNERS = {"rlfoundry": run_rlfoundry, "sb3": run_sb3}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N")
+    parser.add_argument("--steps", type=int, default=20_000, help="env steps per run")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
+    parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
+    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
+    args = parser.parse_args()
+
+    names = frameworks(args.only)
+    if sb3_missing(names):
+        return 2
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    for seed in range(1, args.seeds + 1):
+        for name in in_turn(names, seed):
+            run = RUNNERS[name](seed, args.steps, args.threads)
+            results[name].append(run)
+            print(f"seed {seed} {name:9s}: {run['steps']:,} steps in {run['wall']:.1f} s "
+                  f"({run['steps'] / run['wall']:,.0f} steps/s)", flush=True)
+
+    sps = {name: statistics.median(r["steps"] / r["wall"] for r in runs) for name, runs in results.items()}
+    lines = [
+        f"DQN CartPole-v1 (zoo settings), {args.seeds} seed(s), {args.threads} torch thread(s), {args.steps:,} steps per run",
+        "",
+        "| framework | steps/s (median) | vs SB3 |",
+        "|---|---:|---:|",
+    ]
+    for name in names:
+        ratio = f"{sps[name] / sps['sb3']:.2f}x" if "sb3" in sps else "-"
+        lines.append(f"| {name} | {sps[name]:,.0f} | {ratio} |")
+    report = "\n".join(lines)
+    print("\n" + report)
+    if args.out:
+        args.out.write_text(report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
