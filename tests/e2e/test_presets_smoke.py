@@ -16,6 +16,7 @@ def test_preset_trains_one_iteration(tmp_path, quiet, env_id, variant):
     shrink = {
         "ppo": ["algo.num_steps=64", "algo.minibatch_size=0.5"],
         "dqn": ["algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16"],
+        "sac": ["algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16"],
     }.get(shipped.algo.name, ["algo.num_steps=64"])
     overrides = [*quiet, "env.num_envs=2", *shrink,
                  f"train.total_timesteps={rollout}", "eval.every_steps=0", "eval.episodes=1",

@@ -1,6 +1,6 @@
 """Exact resume: a run killed with SIGKILL (or stopped by SIGTERM) and resumed from its last checkpoint
 writes the same metrics.csv rows, timing columns aside, as the same run never interrupted — for PPO on
-CartPole and on MuJoCo's Hopper, and for DQN, whose replay buffer travels in the checkpoint's .npz."""
+CartPole and on MuJoCo's Hopper, and for DQN and SAC, whose replay buffers travel in the checkpoint's .npz."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from tests.conftest import is_timing
 CASES = {
     # spec, total steps, overrides, kill once metrics.csv has a row at or past this step
     "cartpole": ("CartPole-v1:ppo", 24_576, ["checkpoint.every_steps=2048", "eval.every_steps=4096"], 9_000),
+    "sac": ("Pendulum-v1:sac", 1_200, ["algo.learning_starts=200", "checkpoint.every_steps=200", "eval.every_steps=400",
+                                       "eval.episodes=1"], 500),
     "dqn": ("CartPole-v1:dqn", 6_144, ["algo.train_freq=64", "algo.gradient_steps=16", "checkpoint.every_steps=1024",
                                        "eval.every_steps=2048", "eval.episodes=2"], 2_200),
     "hopper": ("Hopper-v5:ppo", 6_144, ["env.num_envs=2", "env.vectorization=sync", "algo.num_steps=256",
@@ -49,7 +51,7 @@ def last_step(path: Path) -> int:
 
 
 @pytest.mark.parametrize("case, stop", [("cartpole", "SIGKILL"), ("cartpole", "SIGTERM"), ("hopper", "SIGKILL"),
-                                        ("dqn", "SIGKILL")])
+                                        ("dqn", "SIGKILL"), ("sac", "SIGKILL")])
 def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
     spec, total, overrides, kill_at = CASES[case]
     args = [spec, "--total-timesteps", str(total), *COMMON, *overrides]

@@ -38,8 +38,9 @@ def test_backward_passes_gradcheck(activation):
               torch.randn(2, 1, 4, dtype=torch.float64), torch.randn(2, 1, 6, dtype=torch.float64)]
     for p in params:
         p.requires_grad_(True)
+    x.requires_grad_(True)  # an input with a gradient too (SAC's critics read the actor's actions)
     # relu/elu have a kink at 0; random inputs keep pre-activations away from it
-    assert torch.autograd.gradcheck(lambda *ps: _StackedMLPFunction.apply(x, activation, *ps), params)
+    assert torch.autograd.gradcheck(lambda x, *ps: _StackedMLPFunction.apply(x, activation, *ps), [x, *params])
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))

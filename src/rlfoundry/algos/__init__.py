@@ -5,7 +5,8 @@ from rlfoundry.algos.base import Agent, Iteration
 from rlfoundry.algos.dqn import DQN
 from rlfoundry.algos.ppo import PPO
 from rlfoundry.algos.reinforce import REINFORCE
+from rlfoundry.algos.sac import SAC
 
-ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C, "reinforce": REINFORCE, "dqn": DQN}
+ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C, "reinforce": REINFORCE, "dqn": DQN, "sac": SAC}
 
 __all__ = ["ALGORITHMS", "Agent", "Iteration"]

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Agent, Iteration, autocast
+from rlfoundry.algos.base import Agent, Iteration, autocast, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer, flatten_parameters
-from rlfoundry.buffers.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlfoundry.buffers.replay import PrioritizedReplayBuffer, ReplayBuffer, collect
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets.policy import QNetwork
@@ -123,25 +123,16 @@ class DQN(Agent):
         algo, num_envs = self.algo, self.spec.num_envs
         if self.obs is None:
             self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
-        returns: list[float] = []
-        lengths: list[int] = []
-        time_env = time_act = 0.0
         epsilon = self._epsilon(progress)
-        for _ in range(algo.train_freq):
-            tick = time.perf_counter()
-            actions = self._greedy(self.obs)
+
+        def choose(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # ε-greedy
+            actions = self._greedy(obs)
             explore = self.rng.random(num_envs) < epsilon
             actions = np.where(explore, self.rng.integers(self.spec.action_space.n, size=num_envs), actions)
-            middle = time.perf_counter()
-            next_obs, rewards, terminated, truncated, info = envs.step(actions)
-            time_act += middle - tick
-            time_env += time.perf_counter() - middle
-            self.replay.add(self.obs, actions, rewards, terminated, truncated, next_obs)
-            self.obs = next_obs
-            if "_episode" in info:
-                ended = info["_episode"]
-                returns.extend(info["episode"]["r"][ended].tolist())
-                lengths.extend(info["episode"]["l"][ended].tolist())
+            return actions, actions
+
+        collected = collect(envs, self.replay, self.obs, choose, algo.train_freq)
+        self.obs = collected.obs
         self.env_steps += algo.train_freq * num_envs
 
         start = time.perf_counter()
@@ -157,8 +148,7 @@ class DQN(Agent):
         while self.env_steps >= self.next_target_update:
             self.target_flat.data.lerp_(self.optimizer.flat.data, algo.tau)  # τ = 1: an exact copy
             self.next_target_update += algo.target_update_interval
-        metrics.update({"time/env": time_env, "time/act": time_act, "time/learn": time.perf_counter() - start})
-        return Iteration(algo.train_freq * num_envs, metrics, returns, lengths)
+        return finish_iteration(collected, algo.train_freq * num_envs, metrics, start)
 
     def _learn(self, beta: float) -> dict[str, torch.Tensor]:
         algo = self.algo

@@ -39,6 +39,7 @@ whole. Storage is allocated with `np.zeros` (calloc), so the OS commits pages as
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -394,3 +395,33 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().load_state_dict(state)
         self.tree.update(np.arange(self.tree.capacity), got)
         self.max_priority = float(state["max_priority"])
+
+
+class Collected(NamedTuple):
+    obs: np.ndarray  # the observation the next step starts from
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    time_env: float
+    time_act: float
+
+
+def collect(envs, replay: ReplayBuffer, obs: np.ndarray, choose_actions, steps: int) -> Collected:
+    """Step a NEXT_STEP vector env `steps` times from `obs`, with `choose_actions(obs) -> (agent actions,
+    env actions)`, storing every transition (the agent's actions) in `replay`; off-policy collection."""
+    returns: list[float] = []
+    lengths: list[int] = []
+    time_env = time_act = 0.0
+    for _ in range(steps):
+        tick = time.perf_counter()
+        actions, env_actions = choose_actions(obs)
+        middle = time.perf_counter()
+        next_obs, rewards, terminated, truncated, info = envs.step(env_actions)
+        time_act += middle - tick
+        time_env += time.perf_counter() - middle
+        replay.add(obs, actions, rewards, terminated, truncated, next_obs)
+        obs = next_obs
+        if "_episode" in info:
+            ended = info["_episode"]
+            returns.extend(info["episode"]["r"][ended].tolist())
+            lengths.extend(info["episode"]["l"][ended].tolist())
+    return Collected(obs, returns, lengths, time_env, time_act)

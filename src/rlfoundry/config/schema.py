@@ -15,11 +15,12 @@ from rlfoundry.algos.a2c import A2CConfig
 from rlfoundry.algos.dqn import DQNConfig
 from rlfoundry.algos.ppo import PPOConfig
 from rlfoundry.algos.reinforce import REINFORCEConfig
+from rlfoundry.algos.sac import SACConfig
 from rlfoundry.config.base import StrictModel
 
 # One entry per algorithm; the `name` key of the `algo` section picks the class.
 ALGO_CONFIGS: dict[str, type[StrictModel]] = {
-    "ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig,
+    "ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig, "sac": SACConfig,
 }
 
 

@@ -69,13 +69,16 @@ class _StackedMLPFunction(torch.autograd.Function):
         layers, weights = saved[: depth + 1], saved[depth + 1 :]
         derivative = ACTIVATIONS[ctx.activation][1]
         grad_w, grad_b = [None] * depth, [None] * depth
+        grad_x = None
         for i in reversed(range(depth)):
             grad = grad * derivative(layers[i + 1])  # through the activation: dL/dz
             grad_w[i] = torch.bmm(layers[i].transpose(1, 2), grad)
             grad_b[i] = grad.sum(1, keepdim=True)
-            if i > 0:  # the observation itself needs no gradient
+            if i > 0:
                 grad = torch.bmm(grad, weights[i].transpose(1, 2))
-        return None, None, *grad_w, *grad_b
+            elif ctx.needs_input_grad[0]:  # an input that is itself computed (SAC's critics see the actor's actions)
+                grad_x = torch.bmm(grad, weights[0].transpose(1, 2)).sum(0)  # every group read the same x
+        return grad_x, None, *grad_w, *grad_b
 
 
 class MLPEncoder(nn.Module):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -10,7 +11,7 @@ from torch import nn
 from rlfoundry.envs import EnvSpec
 from rlfoundry.nets.cores import CORES
 from rlfoundry.nets.encoders import ENCODERS
-from rlfoundry.nets.heads import CategoricalHead, GaussianHead, ValueHead
+from rlfoundry.nets.heads import LOG_SQRT_2PI, CategoricalHead, GaussianHead, ValueHead
 
 
 class PolicyOutput(NamedTuple):
@@ -84,3 +85,50 @@ class QNetwork(nn.Module):
         if self.value is not None:
             q = self.value(features).float() + q - q.mean(-1, keepdim=True)
         return q
+
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SB3's bounds for the state-dependent log std
+
+
+class SquashedGaussianActor(nn.Module):
+    """encoder → core → (mean, log std) → a = tanh(u), u ~ N(mean, std), scaled to the action bounds
+    (Haarnoja et al. 2018, appendix C: the log-probability carries the tanh change of variables)."""
+
+    def __init__(self, spec: EnvSpec, net_cfg):
+        super().__init__()
+        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
+        self.core = CORES[net_cfg.core](self.encoder.out_features)
+        action_dim = int(spec.action_space.shape[0])
+        self.mean = nn.Linear(self.core.out_features, action_dim)
+        self.log_std = nn.Linear(self.core.out_features, action_dim)
+        low, high = torch.as_tensor(spec.action_space.low), torch.as_tensor(spec.action_space.high)
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("offset", (high + low) / 2)
+
+    def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions in the env's bounds [N, A], their log-probabilities [N])."""
+        features = self.core(self.encoder(obs), None, None)[0].squeeze(0)
+        mean = self.mean(features).float()
+        log_std = self.log_std(features).float().clamp(LOG_STD_MIN, LOG_STD_MAX)
+        u = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
+        logp = (-0.5 * ((u - mean) / log_std.exp()).square() - log_std - LOG_SQRT_2PI).sum(-1)
+        # log(1 − tanh(u)²) = 2·(log 2 − u − softplus(−2u)), the numerically stable form
+        logp = logp - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
+        return torch.tanh(u) * self.scale + self.offset, logp - torch.log(self.scale).sum()
+
+
+class TwinQ(nn.Module):
+    """Two Q(s, a) networks over [obs, action], evaluated as one stacked MLP (the encoder's groups): [2, N]."""
+
+    def __init__(self, spec: EnvSpec, net_cfg):
+        super().__init__()
+        in_features = math.prod(spec.obs_shape) + int(spec.action_space.shape[0])
+        self.encoder = ENCODERS["mlp"]((in_features,), net_cfg, 2)
+        width = self.encoder.out_features
+        bound = 1 / math.sqrt(width)  # nn.Linear's default init, per critic
+        self.weight = nn.Parameter(torch.empty(2, width, 1).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(2, 1, 1).uniform_(-bound, bound))
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(torch.cat([obs.flatten(1).float(), actions.float()], -1))  # [2, N, H]
+        return torch.baddbmm(self.bias, h, self.weight).squeeze(-1)  # [2, N]

@@ -213,7 +213,7 @@ class Trainer:
                     improved = best_before is None or row["eval/return_mean"] > best_before
                     while p.next_eval <= p.global_step:
                         p.next_eval += cfg.eval.every_steps
-                self._check_finite(row, agent, p.global_step)
+                self._check_finite(row, p.global_step)
                 p.wall_time = time.perf_counter() - start
                 self.summary.update(total_steps=p.global_step, train_return_mean=_mean(p.recent),
                                     wall_time_s=p.wall_time)
@@ -271,20 +271,21 @@ class Trainer:
         return {"eval/return_mean": mean, "eval/return_std": std, "eval/length_mean": float(np.mean(lengths)),
                 "eval/best_return": best, "time/eval": time.perf_counter() - tick}
 
-    def _check_finite(self, row: dict[str, Any], agent, step: int) -> None:
-        """Stop before a diverged state can be checkpointed: the last good checkpoint stays the last one."""
+    def _check_finite(self, row: dict[str, Any], step: int) -> None:
+        """A non-finite loss stops the run (every iteration; parameters are checked before each save)."""
         for key, value in row.items():
             if key.startswith("loss/") and isinstance(value, float) and not math.isfinite(value):
                 raise FloatingPointError(f"{key} is {value} at step {step}: training diverged")
-        for name, tensor in ckpt.split_agent_state(agent.state_dict())[0].items():
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise FloatingPointError(f"parameter {name} is not finite at step {step}: training diverged")
 
     # ------------------------------------------------------------------ checkpoints
 
     def _save(self, agent, train_envs, progress: Progress, best_return: float | None) -> None:
         """Everything a resumed run needs to continue as if never stopped."""
         weights, agent_arrays, rest = ckpt.split_agent_state(agent.state_dict())
+        for name, tensor in weights.items():  # never checkpoint a diverged state: the last good one stays last
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise FloatingPointError(f"parameter {name} is not finite at step {progress.global_step}: "
+                                         "training diverged")
         rest["torch_rng"] = torch.get_rng_state()
         np_state = np.random.get_state()
         py_version, py_internal, py_gauss = random.getstate()
