@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 
 
@@ -26,3 +27,27 @@ def in_turn(names: list[str], seed: int) -> list[str]:
     """The frameworks in the order to run them for `seed`: alternating, so a slow drift of the machine
     does not favour one."""
     return names if seed % 2 else names[::-1]
+
+
+def throughput(names: list[str], runners: dict, args, title: str) -> str:
+    """Run every framework for seeds 1..args.seeds (alternating the order), print each run, and return the
+    markdown table of median steps/s and the ratio to SB3 (also written to args.out when given)."""
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    width = max(map(len, names))
+    for seed in range(1, args.seeds + 1):
+        for name in in_turn(names, seed):
+            run = runners[name](seed, args.steps, args.threads)
+            results[name].append(run)
+            print(f"seed {seed} {name:{width}s}: {run['steps']:,} steps in {run['wall']:.1f} s "
+                  f"({run['steps'] / run['wall']:,.0f} steps/s)", flush=True)
+    sps = {name: statistics.median(r["steps"] / r["wall"] for r in runs) for name, runs in results.items()}
+    lines = [f"{title}, {args.seeds} seed(s), {args.threads} torch thread(s), {args.steps:,} steps per run", "",
+             "| framework | steps/s (median) | vs SB3 |", "|---|---:|---:|"]
+    for name in names:
+        ratio = f"{sps[name] / sps['sb3']:.2f}x" if "sb3" in sps else "-"
+        lines.append(f"| {name} | {sps[name]:,.0f} | {ratio} |")
+    report = "\n".join(lines)
+    print("\n" + report)
+    if args.out:
+        args.out.write_text(report + "\n")
+    return report

@@ -19,13 +19,12 @@ Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
-from common import frameworks, in_turn, sb3_missing
+from common import frameworks, sb3_missing, throughput
 
 N_ENVS = 8
 
@@ -79,29 +78,7 @@ def main() -> int:
         names.insert(1, "rlfoundry-bf16")
     if sb3_missing(names):
         return 2
-    results: dict[str, list[dict]] = {name: [] for name in names}
-    for seed in range(1, args.seeds + 1):
-        for name in in_turn(names, seed):
-            run = RUNNERS[name](seed, args.steps, args.threads)
-            results[name].append(run)
-            print(f"seed {seed} {name:14s}: {run['steps']:,} steps in {run['wall']:.1f} s "
-                  f"({run['steps'] / run['wall']:,.0f} steps/s)", flush=True)
-
-    sps = {name: statistics.median(r["steps"] / r["wall"] for r in runs) for name, runs in results.items()}
-    lines = [
-        f"PPO Breakout (Nature CNN, 8 envs x 128 steps), {args.seeds} seed(s), {args.threads} torch thread(s), "
-        f"{args.steps:,} steps per run",
-        "",
-        "| framework | steps/s (median) | vs SB3 |",
-        "|---|---:|---:|",
-    ]
-    for name in names:
-        ratio = f"{sps[name] / sps['sb3']:.2f}x" if "sb3" in sps else "-"
-        lines.append(f"| {name} | {sps[name]:,.0f} | {ratio} |")
-    report = "\n".join(lines)
-    print("\n" + report)
-    if args.out:
-        args.out.write_text(report + "\n")
+    throughput(names, RUNNERS, args, "PPO Breakout (Nature CNN, 8 envs x 128 steps)")
     return 0
 
 

@@ -26,10 +26,11 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import (
     Agent, Iteration, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
+    rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.algos.ppo import explained_variance
-from rlfoundry.buffers.rollout import RolloutCollector, gae
+from rlfoundry.buffers.rollout import gae
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets import build_actor_critic
@@ -79,7 +80,7 @@ def a2c_loss(
 
 class A2C(Agent):
     def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self._device = cfg, spec, device
+        self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: A2CConfig = cfg.algo
         self.policy = build_actor_critic(spec, cfg.network).to(device)
         self.optimizer = FlatOptimizer(self.policy, self.algo.lr(0.0), self.algo.optimizer_eps, self.algo.max_grad_norm,
@@ -88,17 +89,10 @@ class A2C(Agent):
         self.resume_collector: dict[str, np.ndarray] | None = None
         self.autocast = lambda: autocast(device, cfg.train.precision)
 
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
     def iterate(self, envs, progress: float) -> Iteration:
-        if self.collector is None:
-            self.collector = RolloutCollector(envs, self.spec, self.algo.num_steps, self.device, self.cfg.train.seed,
-                                              resume=self.resume_collector)
         algo = self.algo
         with self.autocast():
-            rollout, collected = self.collector.collect(self.policy)
+            rollout, collected = rollout_collector(self, envs).collect(self.policy)
         start = time.perf_counter()
         advantages = gae(rollout.rewards, rollout.values, rollout.next_values, rollout.terminated, rollout.dones,
                          algo.gamma, algo.gae_lambda)

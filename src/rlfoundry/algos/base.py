@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
+from rlfoundry.buffers.rollout import RolloutCollector
+
 
 class Iteration(NamedTuple):
     """What one `iterate` call reports to the trainer."""
@@ -22,6 +24,8 @@ class Iteration(NamedTuple):
 
 class Agent:
     """One iteration = collect some experience, then learn from it."""
+
+    device: torch.device  # where the agent's networks live
 
     def iterate(self, envs: VectorEnv, progress: float) -> Iteration:
         """`progress` is the fraction of training done (0 → 1), for schedules."""
@@ -37,9 +41,6 @@ class Agent:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    @property
-    def device(self) -> torch.device:
-        raise NotImplementedError
 
     def forget_env_position(self) -> None:
         """After a resume whose envs could not be restored (they are reset): drop what the agent
@@ -62,6 +63,15 @@ def finish_iteration(collected, steps: int, metrics: dict[str, float], learn_sta
     metrics = {**metrics, "time/env": collected.time_env, "time/act": collected.time_act,
                "time/learn": time.perf_counter() - learn_start}
     return Iteration(steps, metrics, collected.episode_returns, collected.episode_lengths)
+
+
+def rollout_collector(agent, envs) -> RolloutCollector:
+    """The agent's collector, built at its first iteration; after a resume it continues from the restored envs
+    (`resume_collector`) instead of resetting them."""
+    if agent.collector is None:
+        agent.collector = RolloutCollector(envs, agent.spec, agent.algo.num_steps, agent.device, agent.cfg.train.seed,
+                                           resume=agent.resume_collector)
+    return agent.collector
 
 
 def predict_actions(agent, obs: np.ndarray, deterministic: bool) -> np.ndarray:

@@ -88,7 +88,7 @@ class DQN(Agent):
             from rlfoundry.config.errors import ConfigError
 
             raise ConfigError(f"algo.name = 'dqn': {spec.id} has continuous actions; DQN needs Discrete (try sac)")
-        self.cfg, self.spec, self._device = cfg, spec, device
+        self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: DQNConfig = cfg.algo
         self.q = QNetwork(spec, cfg.network, self.algo.dueling).to(device)
         self.target = copy.deepcopy(self.q)
@@ -104,10 +104,6 @@ class DQN(Agent):
         self.env_steps = 0
         self.next_target_update = self.algo.target_update_interval
         self.autocast = lambda: autocast(device, cfg.train.precision)
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode(), self.autocast():

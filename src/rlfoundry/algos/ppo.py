@@ -28,9 +28,10 @@ from pydantic import Field, PositiveInt, field_validator
 
 from rlfoundry.algos.base import (
     Agent, Iteration, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
+    rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.buffers.rollout import RolloutCollector, gae
+from rlfoundry.buffers.rollout import gae
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets import build_actor_critic
@@ -153,7 +154,7 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
 
 class PPO(Agent):
     def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self._device = cfg, spec, device
+        self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: PPOConfig = cfg.algo
         self.policy = build_actor_critic(spec, cfg.network).to(device)
         self.optimizer = FlatOptimizer(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
@@ -162,17 +163,10 @@ class PPO(Agent):
         self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
         self.autocast = lambda: autocast(device, cfg.train.precision)
 
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
     def iterate(self, envs, progress: float) -> Iteration:
-        if self.collector is None:
-            self.collector = RolloutCollector(envs, self.spec, self.algo.num_steps, self.device, self.cfg.train.seed,
-                                              resume=self.resume_collector)
         algo = self.algo
         with self.autocast():
-            rollout, collected = self.collector.collect(self.policy)
+            rollout, collected = rollout_collector(self, envs).collect(self.policy)
         start = time.perf_counter()
         advantages = gae(
             rollout.rewards, rollout.values, rollout.next_values, rollout.terminated, rollout.dones,

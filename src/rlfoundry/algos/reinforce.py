@@ -27,9 +27,10 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import (
     Agent, Iteration, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
+    rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.buffers.rollout import RolloutCollector, discounted_scan
+from rlfoundry.buffers.rollout import discounted_scan
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets import build_actor_critic
@@ -100,7 +101,7 @@ def reinforce_loss(
 
 class REINFORCE(Agent):
     def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self._device = cfg, spec, device
+        self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: REINFORCEConfig = cfg.algo
         self.policy = build_actor_critic(spec, cfg.network).to(device)  # the value head is the baseline
         self.optimizer = FlatOptimizer(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
@@ -108,20 +109,14 @@ class REINFORCE(Agent):
         self.resume_collector: dict[str, np.ndarray] | None = None
         self.autocast = lambda: autocast(device, cfg.train.precision)
 
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
     def iterate(self, envs, progress: float) -> Iteration:
         algo = self.algo
-        if self.collector is None:
-            self.collector = RolloutCollector(envs, self.spec, algo.num_steps, self.device, self.cfg.train.seed,
-                                              resume=self.resume_collector)
+        collector = rollout_collector(self, envs)
         # Row 0 starts an episode when the row before it (the previous rollout's last) was a reset row, or
         # none was collected yet (the envs were just reset): the storage still holds that row's flag.
-        first_row_starts = torch.as_tensor(~self.collector.valid[-1], device=self.device)
+        first_row_starts = torch.as_tensor(~collector.valid[-1], device=self.device)
         with self.autocast():
-            rollout, collected = self.collector.collect(self.policy)
+            rollout, collected = collector.collect(self.policy)
         start = time.perf_counter()
         returns, mask = monte_carlo_targets(rollout.rewards, rollout.dones, rollout.valid, first_row_starts,
                                             algo.gamma, algo.returns == "episode")

@@ -81,7 +81,7 @@ class SAC(Agent):
 
         if spec.discrete:
             raise ConfigError(f"algo.name = 'sac': {spec.id} has discrete actions; this SAC needs Box actions (try dqn)")
-        self.cfg, self.spec, self._device = cfg, spec, device
+        self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: SACConfig = cfg.algo
         algo = self.algo
         self.actor = SquashedGaussianActor(spec, cfg.network).to(device)
@@ -101,10 +101,6 @@ class SAC(Agent):
         self.obs: np.ndarray | None = None
         self.env_steps = 0
         self.autocast = lambda: autocast(device, cfg.train.precision)
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         with torch.inference_mode(), self.autocast():

@@ -11,7 +11,6 @@ from gymnasium.vector import VectorEnv
 from rlfoundry import envs as envs_lib
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.schema import ExperimentConfig
-from rlfoundry.envs import EnvSpec
 from rlfoundry.run import checkpoint as ckpt
 
 
@@ -20,9 +19,7 @@ class Restored:
     cfg: ExperimentConfig
     agent: object  # an rlfoundry.algos Agent
     envs: VectorEnv  # evaluation envs: no reward normalisation, frozen observation statistics
-    spec: EnvSpec
     checkpoint: ckpt.Checkpoint
-    checkpoint_dir: Path
 
 
 def run_config(run_dir: Path) -> ExperimentConfig:
@@ -82,4 +79,4 @@ def load_for_evaluation(run_dir: Path, which: str = "last", num_envs: int | None
     except BaseException:
         envs.close()
         raise
-    return Restored(cfg, agent, envs, spec, checkpoint, path)
+    return Restored(cfg, agent, envs, checkpoint)
