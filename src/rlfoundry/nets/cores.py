@@ -1,22 +1,70 @@
 """Cores: where memory lives. One interface for all of them (DESIGN.md):
 
-    initial_state(batch_size) -> state                      # any pytree of tensors, or None
+    initial_state(batch_size) -> state                      # a flat tuple of tensors, or None
     forward(x[T, B, D], state, episode_starts[T, B]) -> (y[T, B, H], new_state)
 
-`episode_starts` resets memory inside a sequence, so training on stored sequences and acting step by
-step give the same outputs. The identity core is the feed-forward case.
+`episode_starts` (bool or 0/1 float; None = no starts) resets memory inside a sequence, so training
+on stored sequences and acting step by step give the same outputs. The identity core is the
+feed-forward case.
+
+State layout: every state tensor has the env batch on axis 1, so `tuple(s[:, idx] for s in state)`
+selects envs and a buffer can store each tensor per step. Zero state means "fresh episode".
+
+    lstm    (h [L, B, H], c [L, B, H])                 gru: (h [L, B, H],)
+    trxl    (memory [M, B, L, H], length [1, B])         gtrxl: same
+    mamba   (conv [K-1, B, L, E], ssm [L, B, E, N])
+    mamba2  (conv [K-1, B, L, E + 2N], ssm [L, B, E / P, P, N])
+
+L = core_layers, H = core_hidden, M = memory_length, K = mamba_conv, N = mamba_state,
+E = mamba_expand * H, P = mamba2_head_dim. All state tensors are floating point (TrXL's `length`,
+the count of memory steps in the current episode, too). Only TrXL memory is stored detached.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+try:  # optional CUDA kernels from https://github.com/state-spaces/mamba
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+except ImportError:
+    selective_scan_fn = mamba_chunk_scan_combined = None
+
+CORE_SETTINGS: dict[str, int] = {
+    "core_hidden": 128,  # hidden / model width of every core
+    "core_layers": 1,
+    "memory_length": 16,  # TrXL / GTrXL attention window, in steps
+    "num_heads": 4,  # TrXL / GTrXL attention heads
+    "mamba_state": 16,  # SSM state size N
+    "mamba_expand": 2,  # inner width = mamba_expand * core_hidden
+    "mamba_conv": 4,  # depthwise causal conv width K
+    "mamba2_head_dim": 32,  # Mamba-2 head size P
+}
+SSD_CHUNK = 64  # Mamba-2 chunk length for the pure-PyTorch SSD
+
+
+def _starts(episode_starts: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """episode_starts as a [T, B] float tensor of 0/1."""
+    if episode_starts is None:
+        return x.new_zeros(x.shape[:2])
+    return episode_starts.to(x.dtype)
+
+
+def _last_start(starts: torch.Tensor) -> torch.Tensor:
+    """[T, B] index of the latest episode start at or before each step; -1 where none in this call."""
+    steps = torch.arange(len(starts), device=starts.device)[:, None].expand_as(starts)
+    return torch.where(starts > 0, steps, -1).cummax(0).values
 
 
 class IdentityCore(nn.Module):
     """No memory: features pass through unchanged."""
 
-    def __init__(self, in_features: int):
+    def __init__(self, in_features: int, cfg=None):
         super().__init__()
         self.out_features = in_features
 
@@ -27,4 +75,380 @@ class IdentityCore(nn.Module):
         return x, None
 
 
-CORES: dict[str, type[nn.Module]] = {"identity": IdentityCore}
+class LSTMCore(nn.Module):
+    """torch.nn.LSTM (cuDNN on GPU), state zeroed at episode starts.
+
+    The sequence is cut at every step where some env starts an episode; each piece is one native call
+    after multiplying the state by (1 - start). With no starts after t = 0 that is a single call.
+    """
+
+    rnn_type: type[nn.RNNBase] = nn.LSTM
+
+    def __init__(self, in_features: int, cfg):
+        super().__init__()
+        self.rnn = self.rnn_type(in_features, cfg.core_hidden, num_layers=cfg.core_layers)
+        self.out_features = cfg.core_hidden
+
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, ...]:
+        w = self.rnn.weight_hh_l0
+        zeros = w.new_zeros(self.rnn.num_layers, batch_size, self.rnn.hidden_size)
+        return (zeros, zeros.clone()) if isinstance(self.rnn, nn.LSTM) else (zeros,)
+
+    def forward(self, x, state, episode_starts):
+        keep = 1 - _starts(episode_starts, x)
+        cuts = [0, *(keep[1:].lt(1).any(1).nonzero().flatten() + 1).tolist(), len(x)]
+        ys = []
+        for t0, t1 in itertools.pairwise(cuts):
+            state = tuple(s * keep[t0, :, None] for s in state)
+            y, state = self.rnn(x[t0:t1], state if len(state) == 2 else state[0])
+            state = state if isinstance(state, tuple) else (state,)
+            ys.append(y)
+        return torch.cat(ys), state
+
+
+class GRUCore(LSTMCore):
+    """torch.nn.GRU with the same episode-start handling as LSTMCore."""
+
+    rnn_type = nn.GRU
+
+
+class _GRUGate(nn.Module):
+    """GTrXL's GRU-type gate g(x, y) (Parisotto et al. 2019, arXiv:1910.06764, eq. 7-10).
+
+    z = sigmoid(W_z y + U_z x - b_g) with b_g = 2, so at init z is small and g(x, y) ~ x: the block
+    starts close to the identity, which the paper credits for stable RL training.
+    """
+
+    def __init__(self, width: int, gate_bias: float = 2.0):
+        super().__init__()
+        self.w = nn.Linear(width, 3 * width, bias=False)  # W_r, W_z, W_g, applied to y
+        self.u = nn.Linear(width, 2 * width, bias=False)  # U_r, U_z, applied to x
+        self.u_g = nn.Linear(width, width, bias=False)
+        self.gate_bias = nn.Parameter(torch.full((width,), gate_bias))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        w_r, w_z, w_g = self.w(y).chunk(3, -1)
+        u_r, u_z = self.u(x).chunk(2, -1)
+        r = torch.sigmoid(w_r + u_r)
+        z = torch.sigmoid(w_z + u_z - self.gate_bias)
+        return (1 - z) * x + z * torch.tanh(w_g + self.u_g(r * x))
+
+
+class _TrXLBlock(nn.Module):
+    """Pre-LN block: attention over [memory, sequence], then a position-wise MLP.
+
+    Residual merge: x + y (TrXL-I), or the GRU gate with ReLU on the sub-layer output (GTrXL).
+    """
+
+    def __init__(self, width: int, heads: int, memory_length: int, gated: bool):
+        super().__init__()
+        self.heads = heads
+        self.norm_attn, self.norm_mlp = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.query = nn.Linear(width, width)
+        self.key_value = nn.Linear(width, 2 * width)
+        self.out = nn.Linear(width, width)
+        # A learned bias per head and relative distance 0..M (as in T5, Raffel et al. 2020) instead of
+        # TrXL's sinusoidal R with u, v terms: the window is bounded, so M + 1 entries cover it.
+        self.relative_bias = nn.Parameter(torch.zeros(heads, memory_length + 1))
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.gates = nn.ModuleList([_GRUGate(width), _GRUGate(width)]) if gated else None
+
+    def _merge(self, i: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y if self.gates is None else self.gates[i](x, torch.relu(y))
+
+    def forward(self, h, context, visible, distance):
+        """h [T, B, D], context [M + T, B, D], visible [B, T, M + T] bool, distance [T, M + T]."""
+        c = self.norm_attn(context)
+        q = self.query(c[-len(h) :])
+        k, v = self.key_value(c).chunk(2, -1)
+        q, k, v = (z.unflatten(-1, (self.heads, -1)).permute(1, 2, 0, 3) for z in (q, k, v))  # [B, heads, T, d]
+        bias = self.relative_bias[:, distance]  # [heads, T, M + T]
+        mask = torch.where(visible[:, None], bias, float("-inf"))
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        h = self._merge(0, h, self.out(a.permute(2, 0, 1, 3).flatten(2)))
+        return self._merge(1, h, self.mlp(self.norm_mlp(h)))
+
+
+class TrXLCore(nn.Module):
+    """Transformer-XL memory (Dai et al. 2019) with pre-LN blocks (TrXL-I of Parisotto et al. 2019).
+
+    Each layer attends, causally, over a window of the last M steps of that layer's inputs plus the
+    current step. The window is the same whatever the call length, so step-by-step and whole-sequence
+    calls agree exactly. A step sees only steps of its own episode: memory carries a per-env count
+    `length` of its trailing entries that belong to the current episode (0 in the initial state, so
+    the zero memory is never attended). Memory entries are stored detached (TrXL's stop-gradient).
+    """
+
+    gated = False
+
+    def __init__(self, in_features: int, cfg):
+        super().__init__()
+        width = cfg.core_hidden
+        assert width % cfg.num_heads == 0, "core_hidden must be divisible by num_heads"
+        self.memory_length = cfg.memory_length
+        self.proj = nn.Linear(in_features, width)
+        self.blocks = nn.ModuleList(
+            _TrXLBlock(width, cfg.num_heads, cfg.memory_length, self.gated) for _ in range(cfg.core_layers)
+        )
+        self.norm = nn.LayerNorm(width)
+        self.out_features = width
+
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.proj.weight
+        memory = w.new_zeros(self.memory_length, batch_size, len(self.blocks), self.out_features)
+        return memory, w.new_zeros(1, batch_size)
+
+    def forward(self, x, state, episode_starts):
+        memory, length = state
+        T, M = len(x), self.memory_length
+        last = _last_start(_starts(episode_starts, x))
+        # Key j indexes [memory (M), sequence (T)]; query t sits at M + t. Visible: the window
+        # t <= j <= M + t, and j at or after the start of t's episode.
+        t = torch.arange(T, device=x.device)[:, None]
+        j = torch.arange(M + T, device=x.device)
+        first = torch.where(last >= 0, M + last, M - length.long())  # [T, B]
+        visible = (j >= first[..., None]) & (j >= t[..., None]) & (j <= M + t[..., None])
+        distance = (M + t - j).clamp(0, M)
+        h, new_memory = self.proj(x), []
+        for layer, block in enumerate(self.blocks):
+            context = torch.cat([memory[:, :, layer], h])
+            new_memory.append(context[-M:].detach())
+            h = block(h, context, visible.transpose(0, 1), distance)
+        new_length = torch.where(last[-1] >= 0, T - last[-1], length[0] + T).clamp(max=M)
+        return self.norm(h), (torch.stack(new_memory, 2), new_length[None].to(length.dtype))
+
+
+class GTrXLCore(TrXLCore):
+    """Gated Transformer-XL (Parisotto et al. 2019): TrXLCore with GRU gates for the residuals."""
+
+    gated = True
+
+
+def _causal_conv(x, window, weight, bias, last):
+    """Depthwise causal conv over [window (K-1 past inputs), x[T, B, C]] with weight [C, K].
+
+    Inputs from before each step's episode start are masked, as zeros are what a fresh episode sees.
+    The returned window (last K-1 inputs) is masked for the episode of the final step, so a later
+    call can use it as is.
+    """
+    T, K = len(x), weight.shape[-1]
+    padded = torch.cat([window, x])  # [K-1+T, B, C]
+    first = torch.where(last >= 0, K - 1 + last, 0)  # [T, B] first padded index in t's episode
+    taps = torch.arange(T, device=x.device)[:, None, None] + torch.arange(K, device=x.device)
+    keep = (taps >= first[..., None]).to(x.dtype)  # [T, B, K]
+    out = torch.einsum("tbck,ck->tbc", padded.unfold(0, K, 1) * keep[:, :, None], weight) + bias
+    return out, padded[T:] * keep[-1, :, 1:].T[..., None]
+
+
+def _linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    """Every h_t = a_t h_{t-1} + b_t along dim 0, from h0.
+
+    Hillis & Steele's (1986) parallel prefix: ceil(log2 T) vectorised steps, composing
+    (a1, b1) then (a2, b2) into (a2 a1, a2 b1 + b2). Products only, no logs, so a_t = 0 (a reset)
+    is exact. With T = 1 it is the recurrent step.
+    """
+    b = torch.cat([a[:1] * h0 + b[:1], b[1:]])
+    step = 1
+    while step < len(a):
+        b = torch.cat([b[:step], a[step:] * b[:-step] + b[step:]])
+        a = torch.cat([a[:step], a[step:] * a[:-step]])
+        step *= 2
+    return b
+
+
+def _segment_sums(log_a: torch.Tensor) -> torch.Tensor:
+    """[..., Q] -> [..., Q, Q]: S[t, s] = sum of log_a over (s, t], -inf for s > t.
+
+    Built by a masked cumsum, never as a difference of cumsums, so a -inf (reset) gives exp(S) = 0
+    instead of nan.
+    """
+    Q = log_a.shape[-1]
+    ones = torch.ones(Q, Q, dtype=torch.bool, device=log_a.device)
+    sums = log_a[..., :, None].expand(*log_a.shape, Q).masked_fill(~ones.tril(-1), 0).cumsum(-2)
+    return sums.masked_fill(~ones.tril(), float("-inf"))
+
+
+def _ssd(x, log_a, B, C, h0, chunk: int):
+    """Chunked SSD (Dao & Gu 2024, arXiv:2405.21060, sec. 6) for h_t = a_t h_{t-1} + x_t B_t^T, y_t = h_t C_t.
+
+    x [T, B, H, P] (already times dt), log_a [T, B, H] (-inf at resets), B and C [T, B, N],
+    h0 [B, H, P, N]. Inside a chunk the quadratic (attention-like) form gives the outputs; the
+    chunks' states are passed on in a loop over chunks. Returns (y [T, B, H, P], h_T).
+    """
+    T = len(x)
+    Q = min(chunk, T)
+    pad = -T % Q
+    x, log_a, B, C = (torch.cat([v, v.new_zeros(pad, *v.shape[1:])]).unflatten(0, (-1, Q)) for v in (x, log_a, B, C))
+    log_a = log_a.permute(0, 2, 3, 1)  # [c, B, H, Q]; padding has a = 1 and x = 0: state unchanged
+    decay = torch.exp(_segment_sums(log_a))  # [c, B, H, Q(t), Q(s)]
+    y = torch.einsum("cqbn,csbn,cbhqs,csbhp->cqbhp", C, B, decay, x)
+    chunk_states = torch.einsum("cbhs,csbn,csbhp->cbhpn", decay[..., -1, :], B, x)
+    from_start = torch.exp(log_a.cumsum(-1))  # [c, B, H, Q] decay from the chunk's start to t
+    h, previous = h0, []
+    for c in range(len(x)):
+        previous.append(h)
+        h = from_start[c, ..., -1, None, None] * h + chunk_states[c]
+    y = y + torch.einsum("cqbn,cbhpn,cbhq->cqbhp", C, torch.stack(previous), from_start)
+    return y.flatten(0, 1)[:T], h
+
+
+def _kernel_ok(kernel, x: torch.Tensor, starts: torch.Tensor) -> bool:
+    """mamba_ssm kernels take no per-step resets, so use them only without starts after t = 0;
+    acting (T = 1) is cheaper as the plain recurrent step."""
+    return kernel is not None and x.is_cuda and len(x) > 1 and not bool(starts[1:].any())
+
+
+def _dt_bias(size: int, dt_min: float = 1e-3, dt_max: float = 0.1) -> torch.Tensor:
+    """Inverse softplus of dt ~ log-uniform[dt_min, dt_max], Mamba's dt initialisation."""
+    dt = torch.exp(torch.rand(size) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    return dt + torch.log(-torch.expm1(-dt))
+
+
+class _SelectiveSSM(nn.Module):
+    """The Mamba mixer (Gu & Dao 2023, arXiv:2312.00752, sec. 3 and fig. 3), pure PyTorch.
+
+    in_proj -> (x, z); x -> causal depthwise conv -> SiLU -> x_proj -> (dt, B, C);
+    dt = softplus(dt_proj(dt)); h_t = exp(dt A) h_{t-1} + dt B_t x_t with A = -exp(A_log) (S4D-real);
+    y = (C_t h_t + D x) * SiLU(z) -> out_proj. Episode starts set the decay exp(dt A) to 0.
+    """
+
+    def __init__(self, width: int, cfg):
+        super().__init__()
+        inner, n = cfg.mamba_expand * width, cfg.mamba_state
+        self.dt_rank = math.ceil(width / 16)  # the paper's default rank for dt
+        self.in_proj = nn.Linear(width, 2 * inner, bias=False)
+        self.conv = nn.Conv1d(inner, inner, cfg.mamba_conv, groups=inner)
+        self.x_proj = nn.Linear(inner, self.dt_rank + 2 * n, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, inner)
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(_dt_bias(inner))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, n + 1, dtype=torch.float32)).repeat(inner, 1))
+        self.skip = nn.Parameter(torch.ones(inner))
+        self.out_proj = nn.Linear(inner, width, bias=False)
+        self.conv_channels, self.state_shape = inner, (inner, n)
+
+    def forward(self, u, window, h0, starts, last):
+        """u [T, B, D], window [K-1, B, E], h0 [B, E, N] -> (y [T, B, D], window, h_T)."""
+        x, z = self.in_proj(u).chunk(2, -1)
+        x, window = _causal_conv(x, window, self.conv.weight[:, 0], self.conv.bias, last)
+        x = F.silu(x)
+        dt, B, C = self.x_proj(x).split([self.dt_rank, self.A_log.shape[1], self.A_log.shape[1]], -1)
+        dt = F.softplus(self.dt_proj(dt))  # [T, B, E]
+        A = -torch.exp(self.A_log)  # [E, N]
+        if _kernel_ok(selective_scan_fn, x, starts):
+            y, h = self._kernel_scan(x, dt, A, B, C, h0 * (1 - starts[0, :, None, None]))
+        else:
+            decay = torch.exp(dt[..., None] * A) * (1 - starts[..., None, None])  # [T, B, E, N]
+            hs = _linear_scan(decay, (dt * x)[..., None] * B[:, :, None], h0)
+            y, h = torch.einsum("tben,tbn->tbe", hs, C), hs[-1]
+        return self.out_proj((y + self.skip * x) * F.silu(z)), window, h
+
+    @staticmethod
+    def _kernel_scan(x, dt, A, B, C, h0):
+        """selective_scan_fn starts from h = 0; h0's part, decayed by exp(A cumsum dt), is added after."""
+        y, h = selective_scan_fn(*(v.permute(1, 2, 0).contiguous() for v in (x, dt)), A.contiguous(),
+                                 *(v.permute(1, 2, 0).contiguous() for v in (B, C)), return_last_state=True)
+        carried = torch.exp(dt.cumsum(0)[..., None] * A) * h0  # [T, B, E, N]
+        return y.permute(2, 0, 1) + torch.einsum("tben,tbn->tbe", carried, C), h + carried[-1]
+
+
+class _SSD(nn.Module):
+    """The Mamba-2 mixer (Dao & Gu 2024, arXiv:2405.21060, fig. 6), pure PyTorch.
+
+    in_proj -> (z, x, B, C, dt); (x, B, C) -> causal depthwise conv -> SiLU; per head a scalar decay
+    a_t = exp(dt_t A) (A = -exp(A_log), one per head) and h_t = a_t h_t-1 + dt_t x_t B_t^T with heads of
+    size P; y = C_t h_t + D x -> RMSNorm(y * SiLU(z)) -> out_proj. Episode starts set a_t to 0.
+    """
+
+    def __init__(self, width: int, cfg):
+        super().__init__()
+        inner, n, p = cfg.mamba_expand * width, cfg.mamba_state, cfg.mamba2_head_dim
+        assert inner % p == 0, "mamba_expand * core_hidden must be divisible by mamba2_head_dim"
+        heads = inner // p
+        self.sizes = (inner, n, heads, p)
+        self.in_proj = nn.Linear(width, 2 * inner + 2 * n + heads, bias=False)
+        self.conv = nn.Conv1d(inner + 2 * n, inner + 2 * n, cfg.mamba_conv, groups=inner + 2 * n)
+        self.dt_bias = nn.Parameter(_dt_bias(heads))
+        self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(1, 16)))
+        self.skip = nn.Parameter(torch.ones(heads))
+        self.norm = nn.RMSNorm(inner)
+        self.out_proj = nn.Linear(inner, width, bias=False)
+        self.conv_channels, self.state_shape = inner + 2 * n, (heads, p, n)
+
+    def forward(self, u, window, h0, starts, last):
+        """u [T, B, D], window [K-1, B, E + 2N], h0 [B, heads, P, N] -> (y [T, B, D], window, h_T)."""
+        inner, n, heads, p = self.sizes
+        z, xbc, dt = self.in_proj(u).split([inner, inner + 2 * n, heads], -1)
+        xbc, window = _causal_conv(xbc, window, self.conv.weight[:, 0], self.conv.bias, last)
+        x, B, C = F.silu(xbc).split([inner, n, n], -1)
+        x = x.unflatten(-1, (heads, p))  # [T, B, heads, P]
+        dt = F.softplus(dt + self.dt_bias)  # [T, B, heads]
+        A = -torch.exp(self.A_log)
+        if len(u) == 1:  # acting: the recurrent step
+            a = torch.exp(dt[0] * A) * (1 - starts[0, :, None])
+            h = a[..., None, None] * h0 + (dt[0, ..., None] * x[0])[..., None] * B[0, :, None, None]
+            y = torch.einsum("bhpn,bn->bhp", h, C[0])[None]
+        elif _kernel_ok(mamba_chunk_scan_combined, u, starts):
+            y, h = mamba_chunk_scan_combined(*(v.transpose(0, 1).contiguous() for v in (x, dt)), A,
+                                             *(v.transpose(0, 1)[:, :, None].contiguous() for v in (B, C)),
+                                             SSD_CHUNK, initial_states=h0 * (1 - starts[0, :, None, None, None]),
+                                             return_final_states=True)
+            y = y.transpose(0, 1)
+        else:
+            log_a = (dt * A).masked_fill(starts[..., None] > 0, float("-inf"))
+            y, h = _ssd(x * dt[..., None], log_a, B, C, h0, SSD_CHUNK)
+        y = (y + self.skip[:, None] * x).flatten(-2)
+        return self.out_proj(self.norm(y * F.silu(z))), window, h
+
+
+class MambaCore(nn.Module):
+    """A stack of `core_layers` pre-norm residual Mamba blocks, h + mixer(RMSNorm(h)), after an input
+    projection to core_hidden and before a final RMSNorm. On CUDA with mamba_ssm installed, calls
+    without episode starts after t = 0 use its kernels; otherwise the pure-PyTorch scan.
+    """
+
+    mixer_type: type[nn.Module] = _SelectiveSSM
+
+    def __init__(self, in_features: int, cfg):
+        super().__init__()
+        width = cfg.core_hidden
+        self.conv_width = cfg.mamba_conv
+        self.proj = nn.Linear(in_features, width)
+        self.norms = nn.ModuleList(nn.RMSNorm(width) for _ in range(cfg.core_layers))
+        self.mixers = nn.ModuleList(self.mixer_type(width, cfg) for _ in range(cfg.core_layers))
+        self.norm = nn.RMSNorm(width)
+        self.out_features = width
+
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        w, layers, mixer = self.proj.weight, len(self.mixers), self.mixers[0]
+        conv = w.new_zeros(self.conv_width - 1, batch_size, layers, mixer.conv_channels)
+        return conv, w.new_zeros(layers, batch_size, *mixer.state_shape)
+
+    def forward(self, x, state, episode_starts):
+        windows, ssm = state
+        starts = _starts(episode_starts, x)
+        last = _last_start(starts)
+        h, new_windows, new_ssm = self.proj(x), [], []
+        for layer, (norm, mixer) in enumerate(zip(self.norms, self.mixers, strict=True)):
+            y, window, s = mixer(norm(h), windows[:, :, layer], ssm[layer], starts, last)
+            h = h + y
+            new_windows.append(window)
+            new_ssm.append(s)
+        return self.norm(h), (torch.stack(new_windows, 2), torch.stack(new_ssm))
+
+
+class Mamba2Core(MambaCore):
+    """MambaCore with the Mamba-2 (SSD) mixer."""
+
+    mixer_type = _SSD
+
+
+CORES: dict[str, type[nn.Module]] = {
+    "identity": IdentityCore,
+    "lstm": LSTMCore,
+    "gru": GRUCore,
+    "trxl": TrXLCore,
+    "gtrxl": GTrXLCore,
+    "mamba": MambaCore,
+    "mamba2": Mamba2Core,
+}

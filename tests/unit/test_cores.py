@@ -1,0 +1,187 @@
+"""Memory cores: step-by-step equals whole-sequence, resets reset, memory matters, gradients flow.
+
+Tolerances: float32 outputs and states agree to atol 1e-5, float64 to atol 1e-10 (the differences
+are reassociation only: scans, chunking, attention over different key sets with -inf masks).
+"""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlfoundry.nets import cores
+from rlfoundry.nets.cores import CORE_SETTINGS, CORES
+
+T, B, D = 12, 3, 5
+MEMORY = [name for name in CORES if name != "identity"]
+TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def small_cfg(**overrides):
+    settings = {"core_hidden": 16, "core_layers": 2, "memory_length": 4, "num_heads": 2,
+                "mamba_state": 4, "mamba_expand": 2, "mamba_conv": 3, "mamba2_head_dim": 8}
+    assert settings.keys() == CORE_SETTINGS.keys()
+    return SimpleNamespace(**{**settings, **overrides})
+
+
+def make_core(name, dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    return CORES[name](D, small_cfg()).to(dtype)
+
+
+def episode_starts():
+    """Env 0 starts at t = 0 and t = 7, env 1 at t = 3, env 2 never."""
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[0, 0] = starts[7, 0] = starts[3, 1] = True
+    return starts
+
+
+def inputs(dtype=torch.float32, seed=1):
+    return torch.randn(T, B, D, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def run(core, x, starts, pieces):
+    """Feed x in consecutive pieces of the given lengths, carrying the state."""
+    state, ys, t = core.initial_state(x.shape[1]), [], 0
+    for n in pieces:
+        y, state = core(x[t : t + n], state, None if starts is None else starts[t : t + n])
+        ys.append(y)
+        t += n
+    return torch.cat(ys), state
+
+
+def assert_same_state(a, b, atol):
+    assert (a is None) == (b is None)
+    for sa, sb in zip(a or (), b or (), strict=True):
+        torch.testing.assert_close(sa, sb, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", list(CORES))
+def test_steps_and_chunks_equal_whole_sequence(name, dtype):
+    core, x, starts, atol = make_core(name, dtype), inputs(dtype), episode_starts(), TOLERANCE[dtype]
+    with torch.no_grad():
+        whole, whole_state = run(core, x, starts, [T])
+        for pieces in ([1] * T, [5, 7]):
+            y, state = run(core, x, starts, pieces)
+            torch.testing.assert_close(y, whole, atol=atol, rtol=0)
+            assert_same_state(state, whole_state, atol)
+    assert whole.shape == (T, B, core.out_features)
+
+
+@pytest.mark.parametrize("name", MEMORY)
+def test_reset_equals_fresh_start(name):
+    core, x = make_core(name), inputs()
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[6] = True
+    with torch.no_grad():
+        whole, _ = run(core, x, starts, [T])
+        fresh, _ = run(core, x[6:], None, [T - 6])
+    torch.testing.assert_close(whole[6:], fresh, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", MEMORY)
+def test_memory_reaches_later_steps_but_not_across_resets(name):
+    core, x = make_core(name), inputs()
+    changed = x.clone()
+    changed[0] += 1.0
+    with torch.no_grad():
+        y, _ = run(core, x, None, [T])
+        y_changed, _ = run(core, changed, None, [T])
+        assert (y_changed[1:4] - y[1:4]).abs().amax() > 1e-4
+
+        starts = torch.zeros(T, B, dtype=torch.bool)
+        starts[5] = True
+        changed[:5] += torch.randn(5, B, D)
+        y, _ = run(core, x, starts, [T])
+        y_changed, _ = run(core, changed, starts, [T])
+    torch.testing.assert_close(y_changed[5:], y[5:], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", MEMORY)
+def test_gradients_reach_every_parameter(name):
+    core, x = make_core(name), inputs()
+    y, _ = core(x, core.initial_state(B), episode_starts())
+    (y * torch.randn_like(y)).sum().backward()
+    for param_name, p in core.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), param_name
+        assert p.grad.abs().amax() > 0, param_name
+
+
+@pytest.mark.parametrize("name", MEMORY)
+def test_state_has_envs_on_axis_1(name):
+    core, x, starts = make_core(name), inputs(), episode_starts()
+    state = core.initial_state(B)
+    assert isinstance(state, tuple) and all(s.shape[1] == B for s in state)
+    idx = torch.tensor([0, 2])
+    with torch.no_grad():
+        _, state = core(x[:6], state, starts[:6])
+        y, _ = core(x[6:], state, starts[6:])
+        y_sub, _ = core(x[6:, idx], tuple(s[:, idx] for s in state), starts[6:, idx])
+    torch.testing.assert_close(y_sub, y[:, idx], atol=1e-5, rtol=0)
+
+
+def naive_scan(a, b, h0):
+    h, hs = h0, []
+    for t in range(len(a)):
+        h = a[t] * h + b[t]
+        hs.append(h)
+    return torch.stack(hs)
+
+
+def test_linear_scan_equals_loop():
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(13, 2, 3, 4, generator=g, dtype=torch.float64)
+    b = torch.randn(13, 2, 3, 4, generator=g, dtype=torch.float64)
+    a[[4, 9]] = 0.0  # resets
+    h0 = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(cores._linear_scan(a, b, h0), naive_scan(a, b, h0))
+
+
+def test_ssd_equals_loop():
+    """Chunk 4 over 11 steps: padding, several chunks, and resets inside and at chunk edges."""
+    g = torch.Generator().manual_seed(0)
+    n_steps, envs, heads, p, n = 11, 2, 3, 2, 4
+    x = torch.randn(n_steps, envs, heads, p, generator=g, dtype=torch.float64)
+    log_a = -torch.rand(n_steps, envs, heads, generator=g, dtype=torch.float64)
+    log_a[[2, 4, 8], 0] = float("-inf")
+    Bm, Cm = torch.randn(2, n_steps, envs, n, generator=g, dtype=torch.float64)
+    h0 = torch.randn(envs, heads, p, n, generator=g, dtype=torch.float64)
+    y, h = cores._ssd(x, log_a, Bm, Cm, h0, chunk=4)
+
+    hs = naive_scan(torch.exp(log_a)[..., None, None], x[..., None] * Bm[:, :, None, None], h0)
+    torch.testing.assert_close(y, torch.einsum("tbhpn,tbn->tbhp", hs, Cm))
+    torch.testing.assert_close(h, hs[-1])
+
+
+def fake_selective_scan(u, delta, A, B, C, return_last_state):
+    """mamba_ssm's selective_scan_fn contract (u, delta [b, d, l]; B, C [b, n, l]; h starts at 0)."""
+    decay = torch.exp(delta.permute(2, 0, 1)[..., None] * A)
+    hs = naive_scan(decay, (delta * u).permute(2, 0, 1)[..., None] * B.permute(2, 0, 1)[:, :, None], 0.0)
+    y = torch.einsum("tbdn,tbn->bdt", hs, C.permute(2, 0, 1))
+    return y, hs[-1]
+
+
+def fake_chunk_scan(x, dt, A, B, C, chunk_size, initial_states, return_final_states):
+    """mamba_ssm's mamba_chunk_scan_combined contract (x [b, l, h, p], dt [b, l, h], B, C [b, l, 1, n])."""
+    decay = torch.exp(dt * A).transpose(0, 1)[..., None, None]
+    inject = (dt[..., None] * x)[..., None] * B[:, :, None]
+    hs = naive_scan(decay, inject.transpose(0, 1), initial_states)
+    return torch.einsum("tbhpn,btn->bthp", hs, C[:, :, 0]), hs[-1]
+
+
+@pytest.mark.parametrize("name", ["mamba", "mamba2"])
+def test_kernel_path_wiring_matches_pure_path(name, monkeypatch):
+    """The mamba_ssm path (CUDA only) run with reference stand-ins of the kernels on CPU."""
+    core, x = make_core(name, torch.float64), inputs(torch.float64)
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[4, 1] = True  # an episode start at the second call's t = 0
+    with torch.no_grad():
+        _, state = core(x[:4], core.initial_state(B), None)  # a non-zero carried state
+        expected, expected_state = core(x[4:], state, starts[4:])
+        monkeypatch.setattr(cores, "selective_scan_fn", fake_selective_scan)
+        monkeypatch.setattr(cores, "mamba_chunk_scan_combined", fake_chunk_scan)
+        monkeypatch.setattr(cores, "_kernel_ok", lambda kernel, x, starts: kernel is not None)
+        y, new_state = core(x[4:], state, starts[4:])
+    torch.testing.assert_close(y, expected)
+    assert_same_state(new_state, expected_state, 1e-10)
