@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -141,6 +142,29 @@ def bench_train(
               f"{result['num_envs']} envs, {result['torch_threads']} torch thread(s)); time: "
               f"env {result['share_env']:.0%}, act {result['share_act']:.0%}, learn {result['share_learn']:.0%}",
               highlight=False)
+
+
+@bench.command("arch")
+def bench_arch(
+    env: Annotated[str, typer.Argument(help="ENV_ID (its ppo-masked variant when the preset has one, else ppo) or "
+                                            "ENV_ID:VARIANT.")],
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides for every run.")] = None,
+    cores: Annotated[str, typer.Option(help="Comma-separated cores: mlp,lstm,gru,trxl,gtrxl,mamba,mamba2.")] = "mlp,lstm,gru",
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per core (1..N).")] = 3,
+    steps: Annotated[int, typer.Option(min=1, help="Env steps per run.")] = 100_000,
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the runs, arch.csv, arch.md and arch.png go.")] = Path("bench_arch"),
+) -> None:
+    """The same PPO with each memory core: final return, steps/s, latency, memory, parameters."""
+    from rlfoundry.bench_arch import default_spec, parse_cores, run_arch
+
+    try:
+        names = parse_cores(cores)
+        spec = default_spec(env)
+        rows = run_arch(spec, names, seeds, steps, out_dir, overrides, log=lambda text: out.print(text, highlight=False))
+    except ConfigError as exc:
+        fail(str(exc))
+    out.print((out_dir / "arch.md").read_text(), highlight=False)
+    out.print(f"{len(rows)} cores; table: {out_dir / 'arch.md'}, {out_dir / 'arch.csv'}; plot: {out_dir / 'arch.png'}")
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ import torch
 from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import (
-    Agent, Iteration, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
+    Agent, Iteration, Memory, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
     rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
@@ -121,8 +121,8 @@ class A2C(Agent):
         })
         return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        return predict_actions(self, obs, deterministic)
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
+        return predict_actions(self, obs, deterministic, memory)
 
     def state_dict(self) -> dict[str, Any]:
         return actor_critic_state(self)  # policy, optimizer, the collector's next observation

@@ -22,6 +22,22 @@ class Iteration(NamedTuple):
     episode_lengths: list[int]
 
 
+class Memory:
+    """A recurrent policy's state across `Agent.predict` calls on one vector env (evaluation, video, play).
+
+    After each env step, `ended(terminated | truncated)`: with NEXT_STEP autoreset the observation after an
+    ended episode is its final one, and the episode that the following observation begins resets the state.
+    """
+
+    def __init__(self) -> None:
+        self.state = None
+        self.starts: np.ndarray | None = None  # [B], true where the next observation begins an episode
+        self._ended: np.ndarray | None = None
+
+    def ended(self, done: np.ndarray) -> None:
+        self.starts, self._ended = self._ended, np.asarray(done, dtype=bool)
+
+
 class Agent:
     """One iteration = collect some experience, then learn from it."""
 
@@ -31,8 +47,9 @@ class Agent:
         """`progress` is the fraction of training done (0 → 1), for schedules."""
         raise NotImplementedError
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """Actions for a batch of observations, as the env takes them."""
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
+        """Actions for a batch of observations, as the env takes them. A recurrent policy keeps its state
+        across calls in `memory` (one per vector env); feed-forward ones ignore it."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
@@ -46,6 +63,13 @@ class Agent:
         """After a resume whose envs could not be restored (they are reset): drop what the agent
         remembers of the envs' current step, so its first iteration starts from a reset."""
         self.resume_collector = None
+
+    # Why the trainer's envs are not the ones the agent steps (e.g. they live in actor processes), or None:
+    # their state then is not checkpointed, and a resume resets the agent's envs (logged as for other envs).
+    envs_elsewhere: str | None = None
+
+    def close(self) -> None:
+        """Release what the agent runs besides its networks (actor processes); the trainer calls it at the end."""
 
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:
@@ -69,17 +93,29 @@ def rollout_collector(agent, envs) -> RolloutCollector:
     """The agent's collector, built at its first iteration; after a resume it continues from the restored envs
     (`resume_collector`) instead of resetting them."""
     if agent.collector is None:
+        sequence_length = agent.algo.num_steps
+        if getattr(agent.algo, "sequence_length", None):
+            sequence_length = agent.algo.sequence_length
         agent.collector = RolloutCollector(envs, agent.spec, agent.algo.num_steps, agent.device, agent.cfg.train.seed,
-                                           resume=agent.resume_collector)
+                                           resume=agent.resume_collector,
+                                           sequence_length=sequence_length if agent.policy.recurrent else None)
     return agent.collector
 
 
-def predict_actions(agent, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+def predict_actions(agent, obs: np.ndarray, deterministic: bool, memory: Memory | None) -> np.ndarray:
     """Actions for a batch of observations, as the env takes them (Gaussian means/samples clipped)."""
-    spec = agent.spec
+    spec, policy = agent.spec, agent.policy
     with torch.inference_mode(), agent.autocast():
         tensor = torch.as_tensor(np.asarray(obs, dtype=spec.obs_dtype), device=agent.device)
-        actions = agent.policy.predict(tensor, deterministic).cpu().numpy()
+        if not policy.recurrent:
+            actions = policy.predict(tensor, deterministic)[0].cpu().numpy()
+        else:
+            if memory is None:
+                raise ValueError("a recurrent policy needs a Memory to carry its state between predict calls")
+            state = memory.state if memory.state is not None else policy.initial_state(len(tensor))
+            starts = None if memory.starts is None else torch.as_tensor(memory.starts, device=agent.device)
+            out, memory.state = policy.predict(tensor, deterministic, state, starts)
+            actions = out.cpu().numpy()
     if spec.discrete:
         return actions
     return np.clip(actions, spec.action_space.low, spec.action_space.high)

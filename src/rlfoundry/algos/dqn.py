@@ -172,7 +172,7 @@ class DQN(Agent):
     def forget_env_position(self) -> None:
         self.obs = None
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
         """Greedy actions (ε-greedy with the final ε when not deterministic)."""
         actions = self._greedy(obs)
         if deterministic:

@@ -15,23 +15,27 @@ Deliberate choices, with their sources:
 - Target-KL early stop is checked before each minibatch step (as SB3 does, with the 1.5 margin).
 - Advantages are normalised per minibatch (SB3 and CleanRL), skipped for a minibatch of one.
 - Reset rows of NEXT_STEP autoreset are excluded from minibatches (`rlfoundry.buffers.rollout`).
+- With a memory core (`network.core`), minibatches are whole sequences: each env's rollout is cut into
+  chunks of `sequence_length` steps, each replayed from the memory it had when collected, with memory
+  reset at episode starts inside it; gradients stop at chunk starts (truncated back-propagation through
+  time, as in Kapturowski et al. 2019's stored-state R2D2 and CleanRL's ppo_atari_lstm.py).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
 from pydantic import Field, PositiveInt, field_validator
 
 from rlfoundry.algos.base import (
-    Agent, Iteration, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
+    Agent, Iteration, Memory, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
     rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.buffers.rollout import gae
+from rlfoundry.buffers.rollout import gae, memory_columns, split_at_episode_starts, to_sequences
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets import build_actor_critic
@@ -55,6 +59,10 @@ class PPOConfig(StrictModel):
     target_kl: float | None = Field(None, gt=0, description="Stop the epochs when approx KL > 1.5 × this.")
     norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
     adam_eps: float = Field(1e-5, gt=0, description="Adam ε.")
+    sequence_length: PositiveInt | None = Field(
+        None, description="Memory cores: steps per training sequence (truncated back-propagation through time); "
+        "must divide num_steps. None: the whole rollout.",
+    )
 
     @field_validator("lr", "clip_coef")
     @classmethod
@@ -72,6 +80,10 @@ class PPOConfig(StrictModel):
         return schedule
 
     def check_with(self, num_envs: int) -> None:
+        if self.sequence_length is not None and self.num_steps % self.sequence_length:
+            raise ValueError(
+                f"algo.sequence_length = {self.sequence_length}: must divide algo.num_steps ({self.num_steps})"
+            )
         if isinstance(self.minibatch_size, float) and not 0 < self.minibatch_size <= 1:
             raise ValueError(f"algo.minibatch_size = {self.minibatch_size}: a fraction must be in (0, 1]")
         if self.minibatch_samples(num_envs) > num_envs * self.num_steps:
@@ -152,6 +164,22 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if variance == 0 else float(1 - (target - predicted).var() / variance)
 
 
+class Minibatch(NamedTuple):
+    """Rows for one gradient step: flat [N] for a feed-forward policy; for a recurrent one, `steps` × M sequences
+    flattened time-major, replayed from `state` with `starts`, of which the rows in `valid` are learned from."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    state: tuple | None = None
+    starts: torch.Tensor | None = None
+    steps: int = 1
+    valid: torch.Tensor | None = None
+
+
 class PPO(Agent):
     def __init__(self, cfg, spec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
@@ -174,34 +202,29 @@ class PPO(Agent):
         )
         returns = advantages + rollout.values
 
-        # Flatten [T, B] → N and keep only the rows that are real transitions.
-        index = rollout.valid.flatten().nonzero().squeeze(-1)
-        obs = rollout.obs.flatten(0, 1)[index]
-        actions = rollout.actions.flatten(0, 1)[index]
-        old_logprobs = rollout.logprobs.flatten()[index]
-        old_values = rollout.values.flatten()[index]
-        advantages, returns = advantages.flatten()[index], returns.flatten()[index]
+        data = (rollout.obs, rollout.actions, rollout.logprobs, rollout.values, advantages, returns)  # [T, B, ...]
+        if self.policy.recurrent:
+            epoch_batches = self._sequence_minibatches(rollout, data)
+        else:
+            epoch_batches = self._row_minibatches(rollout, data)
 
         lr, clip_coef, ent_coef = algo.lr(progress), algo.clip_coef(progress), algo.ent_coef(progress)
         self.optimizer.set_lr(lr)
-        num_minibatches = max(1, round(len(index) / self.minibatch_samples))
         totals: dict[str, torch.Tensor] = {}
         updates, stopped_early = 0, False
         for _ in range(algo.update_epochs):
-            if num_minibatches == 1:  # the whole rollout: its order does not matter, so skip the gathers
-                batches = [slice(None)]
-            else:
-                batches = torch.randperm(len(index), device=self.device).tensor_split(num_minibatches)
-            for mb in batches:
+            for mb in epoch_batches():
                 with self.autocast():
-                    logprobs, entropy, values = self.policy.evaluate(obs[mb], actions[mb])
+                    logprobs, entropy, values = self.policy.evaluate(mb.obs, mb.actions, mb.state, mb.starts, mb.steps)
+                if mb.valid is not None:
+                    logprobs, entropy, values = logprobs[mb.valid], entropy[mb.valid], values[mb.valid]
                 if ent_coef == 0:
                     entropy = entropy.detach()  # reported only: no backward pass through it
-                mb_adv = advantages[mb]
+                mb_adv = mb.advantages
                 if algo.norm_adv and len(mb_adv) > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 loss, stats = ppo_loss(
-                    logprobs, old_logprobs[mb], mb_adv, values, old_values[mb], returns[mb], entropy,
+                    logprobs, mb.logprobs, mb_adv, values, mb.values, mb.returns, entropy,
                     clip_coef, algo.vf_coef, ent_coef, algo.clip_vloss,
                 )
                 if algo.target_kl is not None and stats["diag/approx_kl"] > 1.5 * algo.target_kl:
@@ -214,9 +237,10 @@ class PPO(Agent):
             if stopped_early:
                 break
 
+        valid = rollout.valid.flatten()
         metrics = {key: float(value) / max(updates, 1) for key, value in totals.items()}
         metrics.update({
-            "diag/explained_variance": explained_variance(old_values, returns),
+            "diag/explained_variance": explained_variance(rollout.values.flatten()[valid], returns.flatten()[valid]),
             "diag/updates": float(updates),
             "diag/lr": lr,
             "diag/clip_coef": clip_coef,
@@ -224,8 +248,57 @@ class PPO(Agent):
         })
         return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        return predict_actions(self, obs, deterministic)
+    def _row_minibatches(self, rollout, data):
+        """Feed-forward: the real transitions (reset rows dropped), shuffled into minibatches each epoch."""
+        index = rollout.valid.flatten().nonzero().squeeze(-1)
+        rows = [x.flatten(0, 1)[index] for x in data]
+        num_minibatches = max(1, round(len(index) / self.minibatch_samples))
+
+        def epoch():
+            if num_minibatches == 1:  # the whole rollout: its order does not matter, so skip the gathers
+                yield Minibatch(*rows)
+                return
+            for mb in torch.randperm(len(index), device=self.device).tensor_split(num_minibatches):
+                yield Minibatch(*(x[mb] for x in rows))
+
+        return epoch
+
+    def _sequence_minibatches(self, rollout, data):
+        """Recurrent: each env's rollout cut into chunks of `sequence_length` steps and the chunks cut again at
+        episode starts, so every sequence begins either from its stored memory or from a fresh one; minibatches
+        are shuffled whole sequences [L', M]."""
+        length = self.algo.sequence_length or self.algo.num_steps
+        chunks = [to_sequences(x, length) for x in (*data, rollout.valid, rollout.starts)]
+        pieces = split_at_episode_starts(chunks[-1])
+
+        def relayout(x: torch.Tensor) -> torch.Tensor:
+            out = x.new_zeros((pieces.length, pieces.count, *x.shape[2:]))
+            out[pieces.row, pieces.column] = x
+            return out
+
+        obs, actions, *targets, valid, _ = (relayout(x) for x in chunks)
+        starts = torch.ones(pieces.length, pieces.count, dtype=torch.bool, device=self.device)
+        starts[1:] = False
+        starts[0, pieces.first] = chunks[-1][0]
+        memory = self.policy.initial_state(pieces.count)
+        for core, stored in zip(memory, memory_columns(rollout.states)):
+            for tensor, values in zip(core, stored):
+                tensor[:, pieces.first] = values
+        num_minibatches = min(pieces.count, self.algo.num_minibatches(self.spec.num_envs))
+
+        def epoch():
+            for mb in torch.randperm(pieces.count, device=self.device).tensor_split(num_minibatches):
+                rows = valid[:, mb].flatten()
+                yield Minibatch(
+                    obs[:, mb].flatten(0, 1), actions[:, mb].flatten(0, 1), *(x[:, mb].flatten()[rows] for x in targets),
+                    state=tuple(tuple(t[:, mb] for t in core) for core in memory), starts=starts[:, mb],
+                    steps=pieces.length, valid=rows,
+                )
+
+        return epoch
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
+        return predict_actions(self, obs, deterministic, memory)
 
     def state_dict(self) -> dict[str, Any]:
         return actor_critic_state(self)  # policy, optimizer, the collector's next observation

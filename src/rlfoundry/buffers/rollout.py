@@ -5,12 +5,17 @@ ended the episode is a *reset row*: its observation is that episode's true final
 env ignores its action, and its reward is 0. Such rows are marked `valid = False` and never learned
 from, but their value estimate is exactly V(final observation), which is what bootstrapping on
 truncation needs — so it comes for free from the normal forward pass.
+
+Recurrent policies also get `starts` [T, B] (true on the first row of an episode, the row after a
+reset row: memory is reset there, while the reset row itself still sees the ended episode's memory)
+and the memory at the start of each `sequence_length` chunk, from which the update replays it.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -69,6 +74,8 @@ class Rollout:
     truncated: torch.Tensor
     valid: torch.Tensor  # False on reset rows
     last_value: torch.Tensor  # [B]: V of the observation after the last step
+    starts: torch.Tensor | None = None  # recurrent policies: [T, B], true where an episode begins
+    states: list | None = None  # recurrent policies: the memory at rows 0, L, 2L, ... (L = sequence_length)
 
     @property
     def next_values(self) -> torch.Tensor:
@@ -90,13 +97,17 @@ class CollectStats:
 class RolloutCollector:
     """Steps a vector env with a policy and fills preallocated rollout storage.
 
-    Owns what carries over between rollouts: the current observation and which envs just ended.
+    Owns what carries over between rollouts: the current observation, which envs just ended and, for a
+    recurrent policy, its memory.
     """
 
     def __init__(self, envs: VectorEnv, spec: EnvSpec, num_steps: int, device: torch.device, seed: int,
-                 resume: dict[str, np.ndarray] | None = None):
-        """`resume` (what `state()` returned) continues from restored envs instead of resetting them."""
+                 resume: dict[str, np.ndarray] | None = None, sequence_length: int | None = None):
+        """`resume` (what `state()` returned) continues from restored envs instead of resetting them.
+        `sequence_length` (recurrent policies only) is the chunk length whose starting memory is kept."""
         self.envs, self.spec, self.num_steps, self.device = envs, spec, num_steps, device
+        self.sequence_length = sequence_length
+        self.memory = None  # a recurrent policy's memory after the last step (built at the first collect)
         shape = (num_steps, spec.num_envs)
         self.obs = np.zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)
         self.rewards = np.zeros(shape, dtype=np.float32)
@@ -109,6 +120,8 @@ class RolloutCollector:
         else:
             self.next_obs, self.prev_done = resume["next_obs"].copy(), resume["prev_done"].copy()
             self.valid[-1] = resume.get("last_valid", ~self.prev_done)
+            self.memory = _unflatten_memory(resume, device)
+        self.starts = np.zeros(shape, dtype=bool)
         if spec.discrete:
             self.low = self.high = None
         else:
@@ -116,8 +129,13 @@ class RolloutCollector:
 
     def state(self) -> dict[str, np.ndarray]:
         """What carries over between rollouts, for checkpoints."""
-        return {"next_obs": np.ascontiguousarray(self.next_obs, dtype=self.obs.dtype), "prev_done": self.prev_done.copy(),
-                "last_valid": self.valid[-1].copy()}
+        state = {"next_obs": np.ascontiguousarray(self.next_obs, dtype=self.obs.dtype),
+                 "prev_done": self.prev_done.copy(), "last_valid": self.valid[-1].copy()}
+        if self.memory is not None:
+            for g, core_state in enumerate(self.memory):
+                for i, tensor in enumerate(core_state):
+                    state[f"memory.{g}.{i}"] = tensor.cpu().numpy()
+        return state
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device, non_blocking=True)
@@ -129,14 +147,23 @@ class RolloutCollector:
 
     def collect(self, policy) -> tuple[Rollout, CollectStats]:
         stats = CollectStats()
-        actions, logprobs, values = [], [], []
+        actions, logprobs, values, states = [], [], [], []
         clock = time.perf_counter
+        recurrent = self.sequence_length is not None
+        if recurrent and self.memory is None:
+            self.memory = policy.initial_state(self.spec.num_envs)
+        starts = None
         with torch.inference_mode():
             for t in range(self.num_steps):
                 start = clock()
                 self.obs[t] = self.next_obs
+                if recurrent:  # row t starts an episode when row t - 1 (the last rollout's last, at t = 0) was a reset row
+                    self.starts[t] = ~self.valid[t - 1]
+                    starts = self._tensor(self.starts[t])
+                    if t % self.sequence_length == 0:
+                        states.append(self.memory)
                 self.valid[t] = ~self.prev_done
-                out = policy.act(self._tensor(self.obs[t]))
+                out, self.memory = policy.act(self._tensor(self.obs[t]), self.memory, starts)
                 actions.append(out.actions)
                 logprobs.append(out.logprobs)
                 values.append(out.values)
@@ -154,7 +181,9 @@ class RolloutCollector:
                     stats.episode_returns.extend(info["episode"]["r"][ended].tolist())
                     stats.episode_lengths.extend(info["episode"]["l"][ended].tolist())
             start = clock()
-            last_value = policy.value(self._tensor(np.asarray(self.next_obs, dtype=self.obs.dtype)))
+            if recurrent:
+                starts = self._tensor(~self.valid[-1])
+            last_value = policy.value(self._tensor(np.asarray(self.next_obs, dtype=self.obs.dtype)), self.memory, starts)
             stats.time_act += clock() - start
         rollout = Rollout(
             obs=self._tensor(self.obs),
@@ -167,4 +196,60 @@ class RolloutCollector:
             valid=self._tensor(self.valid),
             last_value=last_value.clone(),
         )
+        if recurrent:
+            rollout.starts = self._tensor(self.starts.copy())
+            rollout.states = [tuple(tuple(t.clone() for t in core) for core in memory) for memory in states]
         return rollout, stats
+
+
+def to_sequences(x: torch.Tensor, length: int) -> torch.Tensor:
+    """[T, B, ...] → [length, T / length × B, ...]: column c·B + b is env b's chunk c (rows c·length ...)."""
+    steps, envs = x.shape[:2]
+    chunks = x.reshape(steps // length, length, envs, *x.shape[2:]).transpose(0, 1)
+    return chunks.reshape(length, -1, *x.shape[2:])
+
+
+def memory_columns(states: list) -> tuple:
+    """The memory at each chunk start (`Rollout.states`), concatenated in `to_sequences`' column order (every
+    core keeps the env batch on dim 1)."""
+    return tuple(tuple(torch.cat(parts, 1) for parts in zip(*cores)) for cores in zip(*states))
+
+
+class EpisodePieces(NamedTuple):
+    """Where each element of chunks [L, S] goes when every episode start inside a chunk begins a new sequence
+    (see `split_at_episode_starts`)."""
+
+    row: torch.Tensor  # [L, S]: time step within its new sequence
+    column: torch.Tensor  # [L, S]: the new sequence
+    count: int  # new sequences
+    length: int  # rows of the new layout: the longest piece
+    first: torch.Tensor  # [S]: the new sequence holding each chunk's first piece (which keeps its stored memory)
+
+
+def split_at_episode_starts(starts: torch.Tensor) -> EpisodePieces:
+    """Cut chunks [L, S] at the episode starts after their first row, so that memory is only ever reset at a
+    sequence's first step: a core then replays each sequence in one call (no resets inside it), which for
+    LSTM/GRU is one native call instead of one per segment. Pieces are padded at the end (later rows are
+    invalid); a causal core's outputs before the padding are unaffected by it."""
+    steps, columns = starts.shape
+    inner = starts.clone()
+    inner[0] = False
+    piece = inner.long().cumsum(0)  # piece number within its chunk
+    pieces = piece[-1] + 1
+    first = pieces.cumsum(0) - pieces
+    t = torch.arange(steps, device=starts.device).unsqueeze(1).expand(steps, columns)
+    row = t - torch.where(inner, t, 0).cummax(0).values
+    return EpisodePieces(row, first + piece, int(pieces.sum()), int(row.max()) + 1, first)
+
+
+def _unflatten_memory(resume: dict[str, np.ndarray], device: torch.device) -> tuple | None:
+    """The memory that `RolloutCollector.state()` flattened to `memory.<trunk>.<tensor>` arrays, or None."""
+    keys = sorted((tuple(map(int, key.split(".")[1:])), key) for key in resume if key.startswith("memory."))
+    if not keys:
+        return None
+    memory: list[list[torch.Tensor]] = []
+    for (g, _), key in keys:
+        if g == len(memory):
+            memory.append([])
+        memory[g].append(torch.from_numpy(resume[key].copy()).to(device))
+    return tuple(tuple(core) for core in memory)

@@ -147,9 +147,21 @@ def preset_layers(preset: Preset, variant: str) -> dict[str, Any]:
             f"available: {', '.join(preset.variants)}"
         )
     shared = {k: v for k, v in preset.data.items() if k != "variants"}
-    block = preset.variants[variant] or {}
-    _check_keys(block, SECTIONS, f"preset {preset.path.name}, variant '{variant}'")
-    return deep_merge(shared, {**block, "variant": variant})
+    return deep_merge(shared, {**_variant_block(preset, variant, ()), "variant": variant})
+
+
+def _variant_block(preset: Preset, variant: str, seen: tuple[str, ...]) -> dict[str, Any]:
+    """A variant's sections; `extends: OTHER` starts from variant OTHER's (resolved) sections."""
+    block = dict(preset.variants[variant] or {})
+    where = f"preset {preset.path.name}, variant '{variant}'"
+    _check_keys(block, (*SECTIONS, "extends"), where)
+    parent = block.pop("extends", None)
+    if parent is None:
+        return block
+    if parent not in preset.variants or parent in seen:
+        problem = "extends in a cycle" if parent in seen else "extends an unknown variant"
+        raise ConfigError(f"{where}: {problem} '{parent}'; available: {', '.join(preset.variants)}")
+    return deep_merge(_variant_block(preset, parent, (*seen, variant)), block)
 
 
 # ---------------------------------------------------------------- generic defaults from spaces
@@ -342,7 +354,7 @@ def format_validation_error(exc: ValidationError, data: dict[str, Any]) -> str:
             )
         elif error["type"] == "missing":
             lines.append(f"{key}: required but missing")
-        elif not path:
+        elif not path or error["msg"].startswith(f"Value error, {key}."):  # a section's own check names its keys
             lines.append(error["msg"].removeprefix("Value error, "))
         else:
             message = error["msg"].removeprefix("Value error, ")

@@ -24,6 +24,9 @@ ALGO_CONFIGS: dict[str, type[StrictModel]] = {
 }
 
 
+RECURRENT_ALGOS = ("ppo",)  # the algorithms that replay stored sequences for a memory core
+
+
 def _algo_name(value: Any) -> str | None:
     return value.get("name", "ppo") if isinstance(value, dict) else getattr(value, "name", None)
 
@@ -74,6 +77,11 @@ class AtariConfig(StrictModel):
         108_000, description="Truncate a game after this many emulator frames (108 000 = 30 min = 27 000 steps)."
     )
     num_threads: int = Field(0, ge=0, description="ALE worker threads (0: one per env, at most one per core).")
+    backend: Literal["vector", "single"] = Field(
+        "vector",
+        description="vector: ale_py's AtariVectorEnv (C++ threads, fastest; resume resets the envs, no video); "
+        "single: one Gymnasium AtariEnv per sub-env, preprocessed in Python (slower; exact resume and video).",
+    )
 
 
 class EnvConfig(StrictModel):
@@ -117,10 +125,35 @@ class NetworkConfig(StrictModel):
         default_factory=lambda: [32, 64], description="Channels of the minigrid encoder's 3×3 convolutions."
     )
     activation: Literal["tanh", "relu", "elu", "silu"] = "tanh"
-    core: Literal["identity"] = Field("identity", description="Memory core between encoder and heads.")
+    core: Literal["identity", "lstm", "gru", "trxl", "gtrxl", "mamba", "mamba2"] = Field(
+        "identity",
+        description="Memory core between encoder and heads: identity (feed-forward), lstm, gru, trxl "
+        "(Transformer-XL), gtrxl (gated Transformer-XL), mamba, mamba2; see rlfoundry.nets.cores.",
+    )
+    core_hidden: PositiveInt = Field(128, description="Width of the memory core (its hidden state / model width).")
+    core_layers: PositiveInt = Field(1, description="Stacked layers (blocks) of the memory core.")
+    memory_length: PositiveInt = Field(16, description="trxl/gtrxl: steps of past inputs kept as attention memory.")
+    num_heads: PositiveInt = Field(4, description="trxl/gtrxl: attention heads (must divide core_hidden).")
+    mamba_state: PositiveInt = Field(16, description="mamba/mamba2: SSM state size N per channel (head).")
+    mamba_expand: PositiveInt = Field(2, description="mamba/mamba2: inner width = mamba_expand × core_hidden.")
+    mamba_conv: PositiveInt = Field(4, description="mamba/mamba2: width of the causal depthwise convolution.")
+    mamba2_head_dim: PositiveInt = Field(
+        32, description="mamba2: channels per SSM head (must divide mamba_expand × core_hidden)."
+    )
     shared: bool = Field(False, description="One trunk for policy and value (true) or one each (false).")
     ortho_init: bool = Field(True, description="Orthogonal init: gain √2 hidden, 0.01 policy, 1 value.")
     log_std_init: float = Field(0.0, description="Initial log std of the Gaussian policy (continuous actions).")
+
+    @model_validator(mode="after")
+    def _check_core(self) -> NetworkConfig:
+        if self.core in ("trxl", "gtrxl") and self.core_hidden % self.num_heads:
+            raise ValueError(f"network.num_heads = {self.num_heads}: must divide network.core_hidden ({self.core_hidden})")
+        inner = self.mamba_expand * self.core_hidden
+        if self.core == "mamba2" and inner % self.mamba2_head_dim:
+            raise ValueError(
+                f"network.mamba2_head_dim = {self.mamba2_head_dim}: must divide mamba_expand × core_hidden ({inner})"
+            )
+        return self
 
 
 class TrainConfig(StrictModel):
@@ -195,6 +228,11 @@ class ExperimentConfig(StrictModel):
     @model_validator(mode="after")
     def _check_sizes(self) -> ExperimentConfig:
         self.algo.check_with(self.env.num_envs)
+        if self.network.core != "identity" and self.algo.name not in RECURRENT_ALGOS:
+            raise ValueError(
+                f"network.core = '{self.network.core}': memory cores train with algo.name "
+                f"{' or '.join(RECURRENT_ALGOS)}; {self.algo.name} allows only: identity"
+            )
         return self
 
     @property

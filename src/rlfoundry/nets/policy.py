@@ -20,15 +20,25 @@ class PolicyOutput(NamedTuple):
     values: torch.Tensor
 
 
+State = tuple  # a recurrent policy's memory: one core state per trunk (see `rlfoundry.nets.cores`)
+
+
 class ActorCritic(nn.Module):
     """encoder → core → heads. With `shared: false` the actor and the critic each get their own
-    trunk (encoder group and core); the encoder evaluates both groups in one batched pass."""
+    trunk (encoder group and core); the encoder evaluates both groups in one batched pass.
+
+    Observations come flat, [T·B, ...] in time-major order; `steps` is T. Feed-forward policies
+    (identity cores) ignore `state` and `starts`; recurrent ones take the memory at the first step
+    and `starts` [T, B] (true where an episode begins, which resets the memory there) and return the
+    memory after the last step.
+    """
 
     def __init__(self, spec: EnvSpec, net_cfg):
         super().__init__()
         groups = 1 if net_cfg.shared else 2
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, groups)
-        self.cores = nn.ModuleList(CORES[net_cfg.core](self.encoder.out_features) for _ in range(groups))
+        self.cores = nn.ModuleList(CORES[net_cfg.core](self.encoder.out_features, net_cfg) for _ in range(groups))
+        self.recurrent = net_cfg.core != "identity"
         width = self.cores[0].out_features
         if spec.discrete:
             self.pi: CategoricalHead | GaussianHead = CategoricalHead(width, int(spec.action_space.n), net_cfg.ortho_init)
@@ -37,28 +47,45 @@ class ActorCritic(nn.Module):
             self.pi = GaussianHead(width, action_dim, net_cfg.ortho_init, net_cfg.log_std_init)
         self.v = ValueHead(width, net_cfg.ortho_init)
 
-    def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(actor features, critic features) [N, H]; feed-forward use: the cores see T = 1."""
-        encoded = self.encoder(obs)  # [G, N, H]
-        features = [core(x.unsqueeze(0), None, None)[0].squeeze(0) for core, x in zip(self.cores, encoded)]
-        return features[0], features[-1]
+    def initial_state(self, batch_size: int) -> State | None:
+        return tuple(core.initial_state(batch_size) for core in self.cores) if self.recurrent else None
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput:
-        actor, critic = self._features(obs)
+    def _features(self, obs: torch.Tensor, state: State | None, starts: torch.Tensor | None,
+                  steps: int) -> tuple[torch.Tensor, torch.Tensor, State | None]:
+        """(actor features, critic features) [T·B, H] and the new memory."""
+        encoded = self.encoder(obs)  # [G, T·B, H]
+        if not self.recurrent:
+            return encoded[0], encoded[-1], None
+        groups, _, width = encoded.shape
+        encoded = encoded.view(groups, steps, -1, width)
+        if starts is not None:
+            starts = starts.view(steps, -1)
+        outputs = [core(x, s, starts) for core, x, s in zip(self.cores, encoded, state)]
+        features = [y.flatten(0, 1) for y, _ in outputs]
+        return features[0], features[-1], tuple(new for _, new in outputs)
+
+    def act(self, obs: torch.Tensor, state: State | None = None,
+            starts: torch.Tensor | None = None) -> tuple[PolicyOutput, State | None]:
+        """One step for a batch of envs: sampled actions, their log-probabilities, values, the new memory."""
+        actor, critic, state = self._features(obs, state, starts, 1)
         dist = self.pi(actor)
-        actions = self.pi.sample(dist, deterministic)
-        return PolicyOutput(actions, self.pi.log_prob(dist, actions), self.v(critic))
+        actions = self.pi.sample(dist, False)
+        return PolicyOutput(actions, self.pi.log_prob(dist, actions), self.v(critic)), state
 
-    def predict(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        """Actions only (evaluation, play)."""
-        return self.pi.sample(self.pi(self._features(obs)[0]), deterministic)
+    def predict(self, obs: torch.Tensor, deterministic: bool = True, state: State | None = None,
+                starts: torch.Tensor | None = None) -> tuple[torch.Tensor, State | None]:
+        """Actions only (evaluation, play), and the new memory."""
+        actor, _, state = self._features(obs, state, starts, 1)
+        return self.pi.sample(self.pi(actor), deterministic), state
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.v(self._features(obs)[1])
+    def value(self, obs: torch.Tensor, state: State | None = None, starts: torch.Tensor | None = None) -> torch.Tensor:
+        return self.v(self._features(obs, state, starts, 1)[1])
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log-probabilities of `actions`, entropies, values) with gradients, for the update."""
-        actor, critic = self._features(obs)
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, state: State | None = None,
+                 starts: torch.Tensor | None = None, steps: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-probabilities of `actions`, entropies, values) with gradients, for the update; a recurrent policy
+        replays whole sequences [T·B] from the memory they started with."""
+        actor, critic, _ = self._features(obs, state, starts, steps)
         dist = self.pi(actor)
         return self.pi.log_prob(dist, actions), self.pi.entropy(dist), self.v(critic)
 
@@ -132,3 +159,33 @@ class TwinQ(nn.Module):
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         h = self.encoder(torch.cat([obs.flatten(1).float(), actions.float()], -1))  # [2, N, H]
         return torch.baddbmm(self.bias, h, self.weight).squeeze(-1)  # [2, N]
+
+
+class CategoricalActor(nn.Module):
+    """encoder → log π(·|s) [N, A] over a Discrete action space: the actor of discrete SAC (Christodoulou
+    2019, arXiv:1910.07207), whose losses take the expectation over all actions. Feed-forward, as TwinQ."""
+
+    def __init__(self, spec: EnvSpec, net_cfg):
+        super().__init__()
+        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
+        self.pi = CategoricalHead(self.encoder.out_features, int(spec.action_space.n), net_cfg.ortho_init)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalised log-probabilities of every action [N, A] (fp32)."""
+        return self.pi(self.encoder(obs).squeeze(0))
+
+
+class TwinQDiscrete(nn.Module):
+    """Two Q(s, ·) networks giving the values of every action, evaluated as one stacked network (the
+    encoder's groups, then one batched linear layer): [2, N, A]. The discrete counterpart of TwinQ."""
+
+    def __init__(self, spec: EnvSpec, net_cfg):
+        super().__init__()
+        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 2)
+        width, num_actions = self.encoder.out_features, int(spec.action_space.n)
+        bound = 1 / math.sqrt(width)  # nn.Linear's default init, per critic
+        self.weight = nn.Parameter(torch.empty(2, width, num_actions).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(2, 1, num_actions).uniform_(-bound, bound))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, self.encoder(obs).float(), self.weight)  # [2, N, A]

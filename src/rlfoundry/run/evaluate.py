@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from rlfoundry.algos.base import Memory
 from rlfoundry.run.seeding import env_seed
 
 
@@ -21,8 +22,10 @@ def evaluate(agent, envs: VectorEnv, episodes: int, seed: int, deterministic: bo
     returns: list[float] = []
     lengths: list[int] = []
     obs, _ = envs.reset(seed=env_seed(seed))
+    memory = Memory()
     while (done_count < quota).any():
-        obs, _, _, _, info = envs.step(agent.predict(obs, deterministic))
+        obs, _, terminated, truncated, info = envs.step(agent.predict(obs, deterministic, memory))
+        memory.ended(terminated | truncated)
         if "_episode" in info:
             for i in np.flatnonzero(info["_episode"]):
                 if done_count[i] < quota[i]:

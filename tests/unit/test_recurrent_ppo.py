@@ -1,0 +1,110 @@
+"""Recurrent PPO's plumbing: the update replays exactly what acting computed.
+
+Acting runs a core one step at a time over the envs, carrying memory across rollouts and resetting it at
+episode starts; the update replays stored sequences (chunks of `sequence_length`, cut again at episode
+starts) from the memory stored at their start. If the two disagree, PPO's first ratio is not 1 and the
+policy silently trains on the wrong gradient — so for every core, before any update, the replayed
+log-probabilities and values must equal the collected ones (float32, atol 1e-5).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rlfoundry.algos.base import Memory, rollout_collector
+from rlfoundry.algos.ppo import PPO
+from rlfoundry.buffers.rollout import memory_columns, split_at_episode_starts, to_sequences
+from rlfoundry.config.load import load_config
+from rlfoundry.envs import make
+from rlfoundry.run.evaluate import evaluate
+
+CORES = ["lstm", "gru", "trxl", "gtrxl", "mamba", "mamba2"]
+
+
+def test_to_sequences_cuts_each_env_into_chunks():
+    x = torch.arange(12).view(6, 2)  # [T=6, B=2]: x[t, b] = 2t + b
+    seq = to_sequences(x, 3)  # [3, 4]: column c·B + b is env b's chunk c
+    assert seq[:, 0].tolist() == [0, 2, 4] and seq[:, 1].tolist() == [1, 3, 5]
+    assert seq[:, 2].tolist() == [6, 8, 10] and seq[:, 3].tolist() == [7, 9, 11]
+    states = [((torch.tensor([[10, 20]]),),), ((torch.tensor([[30, 40]]),),)]  # chunk 0, chunk 1; B on dim 1
+    assert memory_columns(states)[0][0].tolist() == [[10, 20, 30, 40]]
+
+
+def test_split_at_episode_starts_moves_each_episode_piece_to_its_own_sequence():
+    starts = torch.tensor([[1, 0], [0, 0], [1, 0], [0, 1]], dtype=torch.bool)  # [L=4, S=2]
+    pieces = split_at_episode_starts(starts)
+    # column 0 has a start at row 2 → pieces rows 0–1 and 2–3; column 1 at row 3 → rows 0–2 and 3
+    assert pieces.count == 4 and pieces.first.tolist() == [0, 2] and pieces.length == 3
+    assert pieces.column.T.tolist() == [[0, 0, 1, 1], [2, 2, 2, 3]]
+    assert pieces.row.T.tolist() == [[0, 1, 0, 1], [0, 1, 2, 0]]
+
+
+def agent_for(core: str, sequence_length: int):
+    cfg = load_config("CartPole-v1:ppo-masked", [
+        f"network.core={core}", "network.core_hidden=32", "network.memory_length=4", "network.num_heads=2",
+        "network.mamba2_head_dim=16", "env.num_envs=4", "algo.num_steps=32", "algo.minibatch_size=32",
+        f"algo.sequence_length={sequence_length}", "train.device=cpu", "env.normalize_reward=false",
+    ])
+    envs, spec = make(cfg.env)
+    torch.manual_seed(0)
+    return PPO(cfg, spec, torch.device("cpu")), envs
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_replayed_sequences_reproduce_the_collected_logprobs_and_values(core):
+    agent, envs = agent_for(core, sequence_length=8)
+    try:
+        for rollout_index in range(2):  # the second rollout starts from memory carried over from the first
+            rollout, _ = rollout_collector(agent, envs).collect(agent.policy)
+            assert bool(rollout.starts[1:].any()), "the check needs episode starts inside the rollout"
+            advantages = torch.zeros_like(rollout.rewards)
+            data = (rollout.obs, rollout.actions, rollout.logprobs, rollout.values, advantages, advantages)
+            checked = 0
+            for mb in agent._sequence_minibatches(rollout, data)():
+                with torch.no_grad():
+                    logprobs, _, values = agent.policy.evaluate(mb.obs, mb.actions, mb.state, mb.starts, mb.steps)
+                torch.testing.assert_close(logprobs[mb.valid], mb.logprobs, atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(values[mb.valid], mb.values, atol=1e-5, rtol=1e-5)
+                checked += len(mb.logprobs)
+            assert checked == int(rollout.valid.sum()), rollout_index
+    finally:
+        envs.close()
+
+
+def test_collector_memory_travels_in_the_agent_state():
+    agent, envs = agent_for("lstm", sequence_length=32)
+    try:
+        agent.iterate(envs, 0.0)
+        state = agent.state_dict()
+        assert any(key.startswith("memory.") for key in state["collector"])
+        fresh, _ = agent_for("lstm", sequence_length=32)
+        fresh.load_state_dict(state)
+        restored = rollout_collector(fresh, envs).memory
+        for got, want in zip(restored, agent.collector.memory):
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b)
+    finally:
+        envs.close()
+
+
+def test_memory_resets_on_the_step_after_an_episode_ended():
+    memory = Memory()
+    memory.ended(np.array([False, True]))  # env 1 ended: the next observation is its final one
+    assert memory.starts is None  # the final observation still belongs to the old episode
+    memory.ended(np.array([False, False]))  # the reset step: the next observation begins a new episode
+    assert memory.starts.tolist() == [False, True]
+    memory.ended(np.array([False, False]))
+    assert memory.starts.tolist() == [False, False]
+
+
+def test_evaluation_of_a_recurrent_agent_runs_whole_episodes():
+    agent, envs = agent_for("gru", sequence_length=32)
+    try:
+        returns, lengths = evaluate(agent, envs, episodes=4, seed=0)
+        assert len(returns) == 4 and all(length >= 1 for length in lengths)
+        with pytest.raises(ValueError, match="needs a Memory"):
+            agent.predict(np.zeros((4, 2), dtype=np.float32))
+    finally:
+        envs.close()
