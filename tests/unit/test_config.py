@@ -313,6 +313,14 @@ ERRORS = {
     "bad literal": ("CartPole-v1:ppo", ["env.vectorization=turbo"], ["env.vectorization", "turbo", "'auto'", "'sync'", "'async'", "'vector_entry_point'"]),
     "bad device": ("CartPole-v1:ppo", ["train.device=gpu"], ["train.device", "gpu", "'cpu'", "'cuda'"]),
     "malformed spec": ("CartPole-v1:", [], ["CartPole-v1:", "ENV_ID:VARIANT"]),
+    "unknown core": ("CartPole-v1:ppo", ["network.core=rnn"], ["network.core", "rnn", "'lstm'", "'mamba2'"]),
+    "core with an algorithm without sequences": ("CartPole-v1:dqn", ["network.core=lstm"],
+                                                 ["network.core = 'lstm'", "ppo", "dqn allows only: identity"]),
+    "heads do not divide the width": ("CartPole-v1:ppo-trxl", ["network.num_heads=3"],
+                                      ["network.num_heads = 3", "must divide network.core_hidden (64)"]),
+    "mamba2 head size": ("CartPole-v1:ppo-mamba2", ["network.mamba2_head_dim=48"], ["network.mamba2_head_dim = 48"]),
+    "sequence length does not divide the rollout": ("CartPole-v1:ppo-lstm", ["algo.sequence_length=5"],
+                                                    ["algo.sequence_length = 5", "must divide algo.num_steps (32)"]),
 }
 
 
@@ -406,3 +414,24 @@ def test_learning_rate_out_of_range_is_rejected(value):
 def test_unknown_env_kwarg_is_a_config_error():
     message = config_error("CartPole-v1:ppo", ["env.kwargs={bogus: 1}"])
     assert "bogus" in message
+
+
+def test_a_variant_can_extend_another(tmp_path):
+    lstm, masked = load_config("CartPole-v1:ppo-lstm"), load_config("CartPole-v1:ppo-masked")
+    assert lstm.network.core == "lstm" and lstm.network.core_hidden == 64 and lstm.variant == "ppo-lstm"
+    assert lstm.env == masked.env and lstm.algo == masked.algo and lstm.solved == masked.solved
+    assert lstm.network.model_copy(update={"core": "identity", "core_hidden": 128}) == masked.network
+
+
+@pytest.mark.parametrize("extends, problem", [("nope", "extends an unknown variant 'nope'"),
+                                              ("b", "extends in a cycle")])
+def test_bad_extends_is_a_config_error(tmp_path, monkeypatch, extends, problem):
+    from rlfoundry.config import load
+
+    (tmp_path / "Acrobot-v1.yaml").write_text(yaml.safe_dump({
+        "env": {"id": "Acrobot-v1"},
+        "variants": {"a": {"extends": extends, "algo": {"name": "ppo"}}, "b": {"extends": "a"}},
+    }))
+    monkeypatch.setattr(load, "presets_dir", lambda: tmp_path)
+    message = config_error("Acrobot-v1:a")
+    assert problem in message and "Acrobot-v1.yaml" in message

@@ -94,8 +94,19 @@ class LSTMCore(nn.Module):
         zeros = w.new_zeros(self.rnn.num_layers, batch_size, self.rnn.hidden_size)
         return (zeros, zeros.clone()) if isinstance(self.rnn, nn.LSTM) else (zeros,)
 
+    def _cell_weights(self) -> tuple[torch.Tensor, ...]:
+        rnn = self.rnn
+        return rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
+
     def forward(self, x, state, episode_starts):
         keep = 1 - _starts(episode_starts, x)
+        if len(x) == 1 and self.rnn.num_layers == 1:  # acting: one step through the cell op (no sequence set-up)
+            state = tuple(s[0] * keep[0, :, None] for s in state)
+            if isinstance(self.rnn, nn.LSTM):
+                state = torch.lstm_cell(x[0], state, *self._cell_weights())
+            else:
+                state = (torch.gru_cell(x[0], state[0], *self._cell_weights()),)
+            return state[0].unsqueeze(0), tuple(s.unsqueeze(0) for s in state)
         cuts = [0, *(keep[1:].lt(1).any(1).nonzero().flatten() + 1).tolist(), len(x)]
         ys = []
         for t0, t1 in itertools.pairwise(cuts):
