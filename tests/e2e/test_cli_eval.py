@@ -108,3 +108,23 @@ def test_unusable_input_exits_2_with_one_error_line(copy, case):
 def test_episodes_must_be_positive(trained):
     result = invoke(trained, "--episodes", 0)
     assert result.exit_code == 2 and "--episodes" in result.output
+
+
+def test_eval_video_of_an_atari_run(tmp_path):
+    """ALE ids train on the vector backend by default, which does not render: videos (during training and from
+    `rlfoundry eval --video`) are played on the single backend, one whole game each (all five lives)."""
+    pytest.importorskip("ale_py")
+    overrides = [*TINY, "train.total_timesteps=64", "env.num_envs=2", "algo.num_steps=32", "algo.minibatch_size=32",
+                 "eval.every_steps=0", "eval.episodes=1", "eval.video=true", "eval.stop_at_threshold=false",
+                 "env.atari.max_episode_frames=4000"]
+    run_dir, _ = rlfoundry.train("ALE/Breakout-v5:ppo", overrides, tmp_path / "run")
+    assert (run_dir / "videos" / "eval_step64.mp4").stat().st_size > 0
+    result = invoke(run_dir, "--episodes", 1, "--video")
+    assert result.exit_code == 0, result.output
+    line = result.stdout.strip().splitlines()[1]
+    path = run_dir / "videos" / "eval_last_step64_ep0.mp4"
+    assert line.startswith(f"video: {path} (return ")
+    steps = int(line.split(", ")[-1].split()[0])
+    with imageio.get_reader(path, format="FFMPEG") as reader:
+        shapes = [frame.shape for frame in reader]
+    assert len(shapes) == steps + 1 and set(shapes) == {(210, 160, 3)}

@@ -79,3 +79,16 @@ def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
         assert have == want, f"first difference at global_step {want['global_step']}"
     assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "finished"
     assert "resumed from" in (tmp_path / "cut" / "run.log").read_text()
+
+
+# ALE on the single backend (env.atari.backend=single): emulators, sticky actions and frame stacks are captured.
+# Short games (max_episode_frames) so that games end and restart within the run and the final evaluation is quick.
+CASES["breakout"] = ("ALE/Breakout-v5:ppo", 640, ["env.atari.backend=single", "env.num_envs=2", "algo.num_steps=32",
+                                                  "algo.minibatch_size=32", "checkpoint.every_steps=64",
+                                                  "eval.every_steps=0", "eval.episodes=1",
+                                                  "env.atari.max_episode_frames=4000"], 256)
+
+
+def test_resumed_atari_run_equals_uninterrupted(tmp_path):
+    test_resumed_run_equals_uninterrupted(tmp_path, "breakout", "SIGKILL")
+    assert "not captured" not in (tmp_path / "cut" / "run.log").read_text()

@@ -1,6 +1,7 @@
 """Atari (`ALE/*-v5`) through `rlfoundry.envs.make`: spaces, seeding, `env.atari` options, and the episode
 accounting of `AtariEpisodes` (clipped rewards and life-loss terminations for the learner, whole unclipped games
-in the statistics).
+in the statistics), the same contract on both backends; the single backend's frames against the vector backend's,
+its captured state, and its videos.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.schema import AtariConfig, EnvConfig
 from rlfoundry.envs import find_wrapper, make, probe_spaces
 from rlfoundry.envs.atari import AtariEpisodes
+from rlfoundry.envs.state import capture, restore
 
 pytest.importorskip("ale_py")
+
+BACKENDS = ["vector", "single"]
 
 
 @pytest.fixture
@@ -47,9 +51,10 @@ def random_actions(envs, steps: int, seed: int):
 # ---------------------------------------------------------------- spaces and the step contract
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("env_id", "num_actions"), [("ALE/Breakout-v5", 4), ("ALE/Pong-v5", 6)])
-def test_builds_and_steps(build, env_id, num_actions):
-    envs, spec = build(env_id, num_envs=3)
+def test_builds_and_steps(build, env_id, num_actions, backend):
+    envs, spec = build(env_id, num_envs=3, backend=backend)
     assert spec.vectorization == "atari" and spec.num_envs == envs.num_envs == 3
     assert spec.observation_space == spaces.Box(0, 255, (4, 84, 84), np.uint8)
     assert spec.action_space == spaces.Discrete(num_actions) and spec.discrete
@@ -65,19 +70,21 @@ def test_builds_and_steps(build, env_id, num_actions):
     assert obs.any()  # real frames, not the zero padding of a fresh stack
 
 
-def test_probe_spaces_match_make(build):
-    _, spec = build("ALE/Pong-v5")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_probe_spaces_match_make(build, backend):
+    _, spec = build("ALE/Pong-v5", backend=backend)
     assert probe_spaces("ALE/Pong-v5") == (spec.observation_space, spec.action_space)
-    cfg = EnvConfig(id="ALE/Pong-v5", atari={"frame_stack": 2, "full_action_space": True})
+    cfg = EnvConfig(id="ALE/Pong-v5", atari={"frame_stack": 2, "full_action_space": True, "backend": backend})
     assert probe_spaces("ALE/Pong-v5", env_cfg=cfg) == (spaces.Box(0, 255, (2, 84, 84), np.uint8), spaces.Discrete(18))
 
 
 # ---------------------------------------------------------------- seeding
 
 
-def test_same_seed_same_observations(build):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_seed_same_observations(build, backend):
     def frames(seed: int) -> np.ndarray:
-        envs, _ = build()  # sticky actions (0.25) draw from the seeded emulator RNG
+        envs, _ = build(backend=backend)  # sticky actions (0.25) draw from the seeded emulator RNG
         return np.stack([obs for obs, *_ in random_actions(envs, 60, seed=seed)])
 
     a, b = frames(3), frames(3)
@@ -88,8 +95,9 @@ def test_same_seed_same_observations(build):
 # ---------------------------------------------------------------- env.atari options
 
 
-def test_frame_stack_img_size_and_action_space(build):
-    envs, spec = build(frame_stack=2, img_size=64, full_action_space=True)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_frame_stack_img_size_and_action_space(build, backend):
+    envs, spec = build(frame_stack=2, img_size=64, full_action_space=True, backend=backend)
     assert spec.obs_shape == (2, 64, 64) and spec.action_space == spaces.Discrete(18)
     obs, _ = envs.reset(seed=0)
     assert obs.shape == (2, 2, 64, 64) and obs.dtype == np.uint8
@@ -110,16 +118,20 @@ def test_colour_frames_are_channel_first(build):
             np.testing.assert_array_equal(ours[:, 3 * frame + colour], theirs[:, frame, :, :, colour])
 
 
-def test_time_limit_counts_emulator_frames(build):
-    envs, _ = build("ALE/Pong-v5", max_episode_frames=400)  # 100 steps at frame_skip 4
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_time_limit_counts_emulator_frames(build, backend):
+    envs, _ = build("ALE/Pong-v5", max_episode_frames=400, backend=backend)  # 100 steps at frame_skip 4
     truncated_at = [t for t, (*_, truncated, _) in enumerate(random_actions(envs, 110, seed=0)) if truncated.all()]
     assert truncated_at == [99]
 
 
-def test_reset_action_is_fire_when_the_game_has_it(build):
-    assert find_wrapper(build("ALE/Breakout-v5")[0], AtariEpisodes).reset_action == 1  # FIRE
-    assert find_wrapper(build("ALE/Breakout-v5", fire_reset=False)[0], AtariEpisodes).reset_action == 0  # NOOP
-    assert find_wrapper(build("ALE/MsPacman-v5")[0], AtariEpisodes).reset_action == 0  # no FIRE in MsPacman
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reset_action_is_fire_when_the_game_has_it(build, backend):
+    assert find_wrapper(build("ALE/Breakout-v5", backend=backend)[0], AtariEpisodes).reset_action == 1  # FIRE
+    no_fire = build("ALE/Breakout-v5", fire_reset=False, backend=backend)[0]
+    assert find_wrapper(no_fire, AtariEpisodes).reset_action == 0  # NOOP
+    pacman = build("ALE/MsPacman-v5", backend=backend)[0]
+    assert find_wrapper(pacman, AtariEpisodes).reset_action == 0  # no FIRE in MsPacman
 
 
 # ---------------------------------------------------------------- episode accounting on real games
@@ -160,30 +172,115 @@ def play(envs, steps: int, seed: int) -> tuple[list[tuple[float, int, int, float
     return games, terminations, rewards_seen
 
 
-def test_life_loss_is_not_an_episode_end(build):
-    envs, _ = build("ALE/Breakout-v5", num_envs=4)  # 5 lives; random play loses one every ~20 steps
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_life_loss_is_not_an_episode_end(build, backend):
+    envs, _ = build("ALE/Breakout-v5", num_envs=4, backend=backend)  # 5 lives; random play loses one every ~20 steps
     games, terminations, _ = play(envs, 300, seed=1)
     assert len(games) >= 4
     assert all(terms == 5 for _, _, terms, _ in games)  # 4 life losses and the game over, one game
     assert terminations >= 5 * len(games)
 
 
-def test_without_episodic_life_terminations_are_games(build):
-    envs, _ = build("ALE/Breakout-v5", num_envs=4, episodic_life=False, reward_clipping=False)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_without_episodic_life_terminations_are_games(build, backend):
+    envs, _ = build("ALE/Breakout-v5", num_envs=4, episodic_life=False, reward_clipping=False, backend=backend)
     games, terminations, _ = play(envs, 300, seed=1)
     assert len(games) >= 4 and terminations == len(games)  # only game over terminates
     for score, _, _, learner_return in games:
         assert score == learner_return  # nothing clipped or zeroed: the learner saw the whole score
 
 
-def test_learner_rewards_are_clipped_and_scores_are_not(build):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_learner_rewards_are_clipped_and_scores_are_not(build, backend):
     # SpaceInvaders scores 5-30 points per alien, so the learner's clipped rewards undercount the score.
-    envs, _ = build("ALE/SpaceInvaders-v5", num_envs=4)
+    envs, _ = build("ALE/SpaceInvaders-v5", num_envs=4, backend=backend)
     games, _, rewards_seen = play(envs, 600, seed=0)
     assert rewards_seen == {0.0, 1.0}
     assert len(games) >= 2 and all(score % 5 == 0 for score, *_ in games)
     assert all(score >= learner_return for score, _, _, learner_return in games)
     assert any(score > learner_return + 10 for score, _, _, learner_return in games)
+
+
+# ---------------------------------------------------------------- the single backend
+
+
+def trajectory(envs, steps: int, seed: int) -> list[tuple]:
+    """Everything the rest of rlfoundry sees of `steps` random steps: observations, rewards, flags, games."""
+    out = []
+    for obs, rewards, terminated, truncated, info in random_actions(envs, steps, seed):
+        games = (info["_episode"], info["episode"]["r"], info["episode"]["l"]) if "_episode" in info else ()
+        out.append((obs.copy(), rewards, terminated, truncated, *games, info["lives"], info["episode_frame_number"]))
+    return out
+
+
+def assert_same(a: list[tuple], b: list[tuple]) -> None:
+    assert len(a) == len(b)
+    for t, (x, y) in enumerate(zip(a, b)):
+        assert len(x) == len(y), f"step {t}: a game ended in one only"
+        for u, v in zip(x, y):
+            assert np.array_equal(u, v) and np.asarray(u).dtype == np.asarray(v).dtype, f"step {t}"
+
+
+@pytest.mark.parametrize(("env_id", "options"), [
+    ("ALE/Breakout-v5", {}),  # life losses, game overs (FIRE reset), reset rows
+    ("ALE/Pong-v5", {"grayscale": False, "max_episode_frames": 400}),  # colour, the time limit
+    ("ALE/Breakout-v5", {"frame_skip": 3, "episodic_life": False, "reward_clipping": False, "img_size": 64}),
+])
+def test_single_backend_matches_the_vector_backend_without_randomness(build, env_id, options):
+    """The backends' RNG streams differ, so with no sticky actions and no no-ops both must give identical steps:
+    the same frames (the same INTER_AREA resize), rewards, terminations, truncations and games."""
+    options = {"repeat_action_probability": 0.0, "noop_max": 0, **options}
+    vector, _ = build(env_id, **options)
+    single, _ = build(env_id, backend="single", **options)
+    a, b = trajectory(vector, 400, seed=2), trajectory(single, 400, seed=2)
+    assert sum(len(x) > 6 for x in a) >= 2  # games ended (or were cut) within the steps
+    assert_same(a, b)
+
+
+def test_single_backend_state_restores_exactly(build):
+    """Capture, step on, restore, step on with the same actions: the same steps again. Sticky actions (0.25) need
+    the env's RNG and the action being repeated, no-ops after each game the RNG, the emulator its own state: all are
+    in the captured state (the restore goes back in time, so nothing left over from the first pass may count)."""
+    envs, _ = build("ALE/Breakout-v5", num_envs=3, backend="single")
+    for _ in random_actions(envs, 100, seed=4):
+        pass
+    state, arrays, why = capture(envs)
+    assert why is None
+    rng = np.random.default_rng(9)
+    actions = rng.integers(0, 4, size=(300, 3))
+    first = [envs.step(a) for a in actions]
+    restore(envs, state, arrays)
+    again = [envs.step(a) for a in actions]
+    games = 0
+    for (oa, ra, ta, ua, ia), (ob, rb, tb, ub, ib) in zip(first, again):
+        for x, y in ((oa, ob), (ra, rb), (ta, tb), (ua, ub), (ia["lives"], ib["lives"])):
+            assert np.array_equal(x, y)
+        assert ("_episode" in ia) == ("_episode" in ib)
+        if "_episode" in ia:
+            games += int(ia["_episode"].sum())
+            assert np.array_equal(ia["episode"]["r"], ib["episode"]["r"])
+    assert games >= 2  # new games started after the capture, so their no-ops came from the restored RNG
+
+
+class Noop:
+    def predict(self, obs, *args):
+        return np.zeros(len(obs), dtype=np.int64)
+
+
+def test_videos_render_on_the_single_backend_and_show_whole_games(tmp_path):
+    from rlfoundry.run.video import record_video
+
+    envs, _ = make(EnvConfig(id="ALE/Breakout-v5", num_envs=1), render_mode="rgb_array")  # a vector-backend config
+    try:
+        envs.reset(seed=0)
+        assert envs.render()[0].shape == (210, 160, 3)  # the single backend, which renders
+    finally:
+        envs.close()
+    # Breakout without moving: FIRE starts each of the 5 lives, the paddle misses, and the video goes on to game over
+    result = record_video(Noop(), EnvConfig(id="ALE/Breakout-v5", atari={"max_episode_frames": 20_000}), None,
+                          tmp_path / "breakout.mp4", seed=0)
+    assert result["complete"] and result["path"].stat().st_size > 0 and result["frames"] == result["length"] + 1
+    assert result["length"] > 100  # all five lives, not the first
 
 
 # ---------------------------------------------------------------- AtariEpisodes against a scripted ALE
@@ -271,6 +368,7 @@ def test_unknown_ale_id_is_a_config_error():
         ({"kwargs": {"frameskip": 2}}, "env.kwargs"),
         ({"max_episode_steps": 1000}, "max_episode_frames"),
         ({"normalize_obs": True}, "env.normalize_obs"),
+        ({"atari": {"backend": "single", "num_threads": 2}}, "num_threads"),
     ],
 )
 def test_options_that_do_not_apply_to_atari_are_errors(options, match):
@@ -288,6 +386,9 @@ def test_atari_options_load_from_overrides():
 
     cfg = load_config("ALE/Breakout-v5:ppo", ["env.atari.frame_stack=2", "env.atari.episodic_life=false"])
     assert cfg.env.atari.frame_stack == 2 and cfg.env.atari.episodic_life is False
+    assert load_config("ALE/Breakout-v5:ppo", ["env.atari.backend=single"]).env.atari.backend == "single"
+    with pytest.raises(ConfigError, match="backend"):
+        load_config("ALE/Breakout-v5:ppo", ["env.atari.backend=fast"])
     with pytest.raises(ConfigError, match="did you mean 'frame_stack'"):
         load_config("ALE/Breakout-v5:ppo", ["env.atari.frame_stak=2"])
     with pytest.raises(ConfigError, match="max_episode_frames"):

@@ -191,7 +191,7 @@ def make_kwargs(env_cfg) -> dict:
 def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None) -> VectorEnv:
     if atari.is_atari(env_cfg.id):
         atari.check_options(env_cfg, mode, render_mode)
-        return atari.make_vector_env(env_cfg.id, env_cfg.atari, num_envs)
+        return atari.make_vector_env(env_cfg.id, env_cfg.atari, num_envs, render_mode)
     kwargs = make_kwargs(env_cfg)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode

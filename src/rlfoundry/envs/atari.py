@@ -1,21 +1,32 @@
-"""Atari: `ALE/<Game>-v5` ids run as one `ale_py` `AtariVectorEnv` (C++ threads) wrapped in `AtariEpisodes`.
+"""Atari: `ALE/<Game>-v5` ids, wrapped in `AtariEpisodes`, on one of two backends (`env.atari.backend`).
 
-ALE does the standard preprocessing in C++, set by `env.atari` (`AtariConfig`): up to `noop_max` no-ops and FIRE
-on reset, `frame_skip` repeats with a max over the last two frames, resize to `img_size`, grey, `frame_stack`
-frames, sticky actions (`repeat_action_probability`, 0.25 like the v5 ids; Machado et al. 2018,
-arXiv:1709.06009) and a `max_episode_frames` time limit. The limit counts emulator frames after the reset
-no-ops: 108 000 frames (30 minutes of play) are 27 000 agent steps at frame_skip 4. Frames stay uint8; colour
-frames are laid out channel-first as [frame_stack * 3, H, W] (frame-major, then R, G, B).
+- `vector` (default): one `ale_py` `AtariVectorEnv`, whose C++ threads step the emulators and preprocess the
+  frames. The fastest, but its emulators have no state API (a resumed run resets them) and it cannot render.
+- `single`: Gymnasium's SyncVectorEnv over `gym.make("ALE/<Game>-v5", frameskip=1)` envs, each preprocessed by
+  `AtariFrames`, a Python copy of the C++ per-env loop (ale-py 0.12 `src/ale/vector/preprocessed_env.cpp`). Slower
+  (one process, Python per frame), but its whole state is plain arrays, counters, the env's RNG and the emulator's
+  `cloneState(include_rng=True)`, so `rlfoundry.envs.state` captures it for exact resume, and it renders
+  (videos are always recorded on it, whatever the training backend).
+
+Both do the standard preprocessing set by `env.atari` (`AtariConfig`): up to `noop_max` no-ops and FIRE on reset,
+`frame_skip` repeats with a max over the last two frames, resize to `img_size` (OpenCV's INTER_AREA), grey,
+`frame_stack` frames (zeros before the reset frame), sticky actions (`repeat_action_probability`, 0.25 like the v5
+ids; Machado et al. 2018, arXiv:1709.06009) and a `max_episode_frames` time limit. The limit counts emulator
+frames after the reset no-ops: 108 000 frames (30 minutes of play) are 27 000 agent steps at frame_skip 4. Frames
+stay uint8; colour frames are laid out channel-first as [frame_stack * 3, H, W] (frame-major, then R, G, B). Given
+the same actions and no randomness (no sticky actions, no no-ops) the two backends give the same frames; their RNG
+streams differ, so with either they play different games for a seed.
 
 Two things are done here instead of inside ALE (checked against ale-py 0.12.1):
 
 - Episodic life (Mnih et al. 2015). ALE's own `episodic_life=True` ends the sub-env's episode on a life loss and
   its autoreset then restarts the *game* with all lives, so no game ever gets past its first life. We ask for
-  `life_loss_info=True` instead: `terminated` on a life loss while the game goes on, and a real autoreset only on
-  game over or the time limit. The step after a life-loss termination is therefore an ordinary step in ALE;
-  `AtariEpisodes` makes it the NEXT_STEP reset step the rest of rlfoundry expects (see `rlfoundry.envs`): the
-  agent's action is replaced by FIRE (with fire_reset, in games that have it) or NOOP, the step that Baselines'
-  EpisodicLifeEnv + FireResetEnv take when they "reset" after a life loss, and the learner gets reward 0.
+  `life_loss_info=True` instead (the single backend: `AsAtariVectorEnv`): `terminated` on a life loss while the
+  game goes on, and a real autoreset only on game over or the time limit. The step after a life-loss termination is
+  therefore an ordinary step in ALE; `AtariEpisodes` makes it the NEXT_STEP reset step the rest of rlfoundry
+  expects (see `rlfoundry.envs`): the agent's action is replaced by FIRE (with fire_reset, in games that have it)
+  or NOOP, the step that Baselines' EpisodicLifeEnv + FireResetEnv take when they "reset" after a life loss, and
+  the learner gets reward 0.
 - Reward clipping and episode statistics. ALE returns unclipped rewards; the learner gets sign(reward) (Mnih et
   al. 2015) and the `episode` info reports the unclipped score and length of whole games (all lives), with the keys
   of `gymnasium.wrappers.vector.RecordEpisodeStatistics`: `info["episode"]["r" | "l" | "t"]` and the mask
@@ -27,12 +38,13 @@ from __future__ import annotations
 
 import difflib
 import time
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
@@ -62,12 +74,14 @@ def rom_name(env_id: str) -> str:
 
 def check_options(env_cfg, mode: str = "atari", render_mode: str | None = None) -> None:
     """EnvConfig options that mean nothing for ALE ids are errors, not silently ignored."""
-    if render_mode is not None:
-        raise ConfigError(f"render_mode = {render_mode!r}: AtariVectorEnv does not render; allowed: None")
-    if env_cfg.vectorization != "auto" or mode != "atari":
+    if render_mode not in (None, "rgb_array", "human"):
+        raise ConfigError(f"render_mode = {render_mode!r}: ALE ids render 'rgb_array' or 'human'")
+    # "atari" is what a run records as its vectorization, and what a resumed run asks for again
+    if env_cfg.vectorization not in ("auto", "atari") or mode != "atari":
         shown = env_cfg.vectorization if env_cfg.vectorization != "auto" else mode
         raise ConfigError(
-            f"env.vectorization = '{shown}': {env_cfg.id} always runs in ale_py's AtariVectorEnv; allowed: auto"
+            f"env.vectorization = '{shown}': {env_cfg.id} runs on the backend set by env.atari.backend "
+            "(vector or single); allowed: auto"
         )
     if env_cfg.kwargs:
         raise ConfigError(
@@ -79,41 +93,73 @@ def check_options(env_cfg, mode: str = "atari", render_mode: str | None = None) 
             f"env.max_episode_steps = {env_cfg.max_episode_steps}: not used for ALE ids; "
             "set env.atari.max_episode_frames (emulator frames; one step is frame_skip frames)"
         )
+    if env_cfg.atari.backend == "single" and env_cfg.atari.num_threads:
+        raise ConfigError(
+            f"env.atari.num_threads = {env_cfg.atari.num_threads}: only the vector backend has threads; "
+            "the single backend steps its envs in this process (allowed: 0)"
+        )
 
 
-def make_vector_env(env_id: str, atari_cfg, num_envs: int) -> VectorEnv:
-    """AtariVectorEnv (NEXT_STEP autoreset, unclipped rewards, life-loss terminations) → AtariEpisodes."""
+def make_vector_env(env_id: str, atari_cfg, num_envs: int, render_mode: str | None = None) -> VectorEnv:
+    """The backend's vector env (NEXT_STEP autoreset, unclipped rewards, life-loss terminations) → AtariEpisodes.
+
+    A `render_mode` always gets the single backend: AtariVectorEnv does not render."""
     from ale_py import Action
-    from ale_py.vector_env import AtariVectorEnv
 
     game = rom_name(env_id)
-    base = AtariVectorEnv(
-        game,
-        num_envs,
-        num_threads=atari_cfg.num_threads,
-        max_num_frames_per_episode=atari_cfg.max_episode_frames,
-        repeat_action_probability=atari_cfg.repeat_action_probability,
-        full_action_space=atari_cfg.full_action_space,
-        autoreset_mode=AutoresetMode.NEXT_STEP,
-        img_height=atari_cfg.img_size,
-        img_width=atari_cfg.img_size,
-        grayscale=atari_cfg.grayscale,
-        stack_num=atari_cfg.frame_stack,
-        frameskip=atari_cfg.frame_skip,
-        maxpool=atari_cfg.max_pool,
-        noop_max=atari_cfg.noop_max,
-        episodic_life=False,  # it would restart the game on every life loss; see the module docstring
-        life_loss_info=atari_cfg.episodic_life,
-        reward_clipping=False,  # clipped in AtariEpisodes, so the statistics can report the true score
-        use_fire_reset=atari_cfg.fire_reset,
-    )
-    action_set = list(base.ale.get_action_set())
+    if atari_cfg.backend == "single" or render_mode is not None:
+        base = SyncVectorEnv([partial(make_env, env_id, atari_cfg, render_mode)] * num_envs,
+                             autoreset_mode=AutoresetMode.NEXT_STEP)
+        action_set = list(base.envs[0].action_set)
+        base = AsAtariVectorEnv(base, life_loss_info=atari_cfg.episodic_life)
+    else:
+        from ale_py.vector_env import AtariVectorEnv
+
+        base = AtariVectorEnv(
+            game,
+            num_envs,
+            num_threads=atari_cfg.num_threads,
+            max_num_frames_per_episode=atari_cfg.max_episode_frames,
+            repeat_action_probability=atari_cfg.repeat_action_probability,
+            full_action_space=atari_cfg.full_action_space,
+            autoreset_mode=AutoresetMode.NEXT_STEP,
+            img_height=atari_cfg.img_size,
+            img_width=atari_cfg.img_size,
+            grayscale=atari_cfg.grayscale,
+            stack_num=atari_cfg.frame_stack,
+            frameskip=atari_cfg.frame_skip,
+            maxpool=atari_cfg.max_pool,
+            noop_max=atari_cfg.noop_max,
+            episodic_life=False,  # it would restart the game on every life loss; see the module docstring
+            life_loss_info=atari_cfg.episodic_life,
+            reward_clipping=False,  # clipped in AtariEpisodes, so the statistics can report the true score
+            use_fire_reset=atari_cfg.fire_reset,
+        )
+        action_set = list(base.ale.get_action_set())
     fire = atari_cfg.fire_reset and Action.FIRE in action_set
     reset_action = action_set.index(Action.FIRE if fire else Action.NOOP)
     envs: VectorEnv = AtariEpisodes(base, atari_cfg.episodic_life, atari_cfg.reward_clipping, reset_action)
     if not atari_cfg.grayscale:
         envs = channel_first(envs)
     return envs
+
+
+def make_env(env_id: str, atari_cfg, render_mode: str | None = None) -> AtariFrames:
+    """One sub-env of the single backend: the id's AtariEnv stepping single frames, inside `AtariFrames`."""
+    import ale_py
+
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no version banner on stdout
+    env = gym.make(
+        env_id,
+        frameskip=1,  # AtariFrames repeats the action, checking for game over after every frame
+        repeat_action_probability=0.0,  # sticky actions are AtariFrames', where a checkpoint can hold them
+        full_action_space=atari_cfg.full_action_space,
+        obs_type="grayscale" if atari_cfg.grayscale else "rgb",
+        max_num_frames_per_episode=0,  # no ALE limit: AtariFrames counts the frames after the reset no-ops
+        render_mode=render_mode,
+        disable_env_checker=True,  # AtariFrames drives the emulator itself, below the checker
+    )
+    return AtariFrames(env, atari_cfg)
 
 
 def channel_first(envs: VectorEnv) -> VectorEnv:
@@ -145,8 +191,149 @@ def probe_spaces(env_id: str, kwargs: dict | None = None, atari_cfg=None) -> tup
         envs.close()
 
 
+class AtariFrames(gym.Wrapper):
+    """One ALE env preprocessed as ale_py's AtariVectorEnv preprocesses each of its envs (the single backend).
+
+    A Python copy of the C++ `PreprocessedEnv::reset` / `step` of ale-py 0.12 (src/ale/vector/preprocessed_env.cpp),
+    driving the wrapped AtariEnv's emulator (`ale`) directly, one frame at a time:
+    - reset: the AtariEnv's reset (seeding, `reset_game`), FIRE if `fire_reset` and the game has it, then
+      uniform{0..noop_max-1} no-ops less the FIRE; the stack is zeros and then the reset frame.
+    - step: the action for `frame_skip` frames, stopping early at game over or the time limit; the last two frames
+      are grabbed and max-pooled, resized (INTER_AREA) and pushed onto the stack. As in C++, a step cut short pools
+      the frames grabbed before, and the limit counts frames since the reset no-ops.
+    - sticky actions are done here, as ALE does them (each frame keeps the previous frame's action with probability
+      `repeat_action_probability`; a game starts from NOOP), because ALE keeps the action it repeats outside its
+      `cloneState` (StellaEnvironment::m_actions): a restored emulator would repeat the action it last ran.
+    - `terminated` is game over and `truncated` the time limit (without game over): the sub-env's episode is the
+      game, so SyncVectorEnv autoresets only after one. `info["life_loss"]` (lives fell and some are left) is the
+      signal `AsAtariVectorEnv` turns into a termination.
+
+    The whole state is in plain attributes (the raw frame pair, the stack, the repeated action, counters) plus the
+    AtariEnv's emulator and its `np_random`, which draws the no-ops and the sticky actions: what
+    `rlfoundry.envs.state` captures.
+    """
+
+    def __init__(self, env: gym.Env, atari_cfg):
+        super().__init__(env)
+        from ale_py import Action
+
+        ale = self.ale
+        self.action_set = ale.getLegalActionSet() if atari_cfg.full_action_space else ale.getMinimalActionSet()
+        self.action_ids = [action.value for action in self.action_set]
+        self.fire = atari_cfg.fire_reset and Action.FIRE in self.action_set
+        self.frame_skip, self.max_pool = atari_cfg.frame_skip, atari_cfg.max_pool
+        self.noop_max, self.max_frames = atari_cfg.noop_max, atari_cfg.max_episode_frames
+        self.repeat_action_probability = atari_cfg.repeat_action_probability
+        self.size = atari_cfg.img_size
+        colours = () if atari_cfg.grayscale else (3,)
+        height, width = ale.getScreenDims()
+        self.raw = np.zeros((2, height, width, *colours), dtype=np.uint8)  # the last two frames of a step
+        self.stack = np.zeros((atari_cfg.frame_stack, self.size, self.size, *colours), dtype=np.uint8)
+        self.observation_space = spaces.Box(0, 255, self.stack.shape, dtype=np.uint8)
+        self.action_space = spaces.Discrete(len(self.action_set))
+        self.elapsed_frames, self.lives, self.game_over, self.life_loss = 0, 0, False, False
+        self.sticky_action = Action.NOOP.value  # the ALE action id the emulator ran last
+
+    @property
+    def ale(self):
+        return self.env.unwrapped.ale
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        from ale_py import Action
+
+        self.env.reset(seed=seed, options=options)
+        ale, rng = self.ale, self.np_random
+        self.sticky_action = Action.NOOP.value  # as ALE's reset_game
+        if self.fire:
+            self._act(Action.FIRE.value, rng)
+        noops = int(rng.integers(0, max(self.noop_max, 1))) - int(self.fire)
+        for _ in range(noops):
+            self._act(Action.NOOP.value, rng)
+            if ale.game_over(with_truncation=False):
+                ale.reset_game()
+                self.sticky_action = Action.NOOP.value
+        self.stack[:] = 0
+        self._grab(0)
+        self.raw[1] = 0
+        self._push()
+        self.elapsed_frames, self.lives, self.game_over, self.life_loss = 0, ale.lives(), False, False
+        return self.stack.copy(), self._info()
+
+    def step(self, action):
+        ale, rng, action = self.ale, self.np_random, self.action_ids[action]
+        score = 0
+        for skip in range(self.frame_skip, 0, -1):
+            score += self._act(action, rng)
+            self.game_over = ale.game_over(with_truncation=False)
+            self.elapsed_frames += 1
+            lives = ale.lives()
+            self.life_loss = 0 < lives < self.lives
+            if self.game_over or self.elapsed_frames >= self.max_frames:
+                break
+            if skip <= 2:
+                self._grab(skip - 1)
+        self._push()
+        self.lives = ale.lives()
+        truncated = self.elapsed_frames >= self.max_frames and not self.game_over
+        return self.stack.copy(), float(score), self.game_over, truncated, self._info()
+
+    def _act(self, action: int, rng: np.random.Generator) -> int:
+        """One frame; ALE's sticky actions (StellaEnvironment::act) with our RNG."""
+        if rng.random() >= self.repeat_action_probability:
+            self.sticky_action = action
+        return self.ale.act(self.sticky_action)
+
+    def _grab(self, index: int) -> None:
+        if self.raw.ndim == 3:
+            self.ale.getScreenGrayscale(self.raw[index])
+        else:
+            self.ale.getScreenRGB(self.raw[index])
+
+    def _push(self) -> None:
+        import cv2
+
+        if self.max_pool:
+            np.maximum(self.raw[0], self.raw[1], out=self.raw[0])
+        self.stack[:-1] = self.stack[1:]
+        self.stack[-1] = cv2.resize(self.raw[0], (self.size, self.size), interpolation=cv2.INTER_AREA)
+
+    def _info(self) -> dict[str, Any]:
+        ale = self.ale
+        return {"lives": self.lives, "episode_frame_number": ale.getEpisodeFrameNumber(),
+                "frame_number": ale.getFrameNumber(), "life_loss": self.life_loss}
+
+
+class AsAtariVectorEnv(VectorWrapper):
+    """The single backend's SyncVectorEnv as AtariVectorEnv steps: with `life_loss_info`, a life loss while the
+    game goes on terminates the step (and then it is no truncation), and the info holds AtariVectorEnv's int32
+    arrays (`env_id`, `lives`, `frame_number`, `episode_frame_number`). Outside SyncVectorEnv, so that its autoreset
+    still waits for the game's end."""
+
+    KEYS = ("lives", "frame_number", "episode_frame_number")
+
+    def __init__(self, env: VectorEnv, life_loss_info: bool):
+        super().__init__(env)
+        self.life_loss_info = life_loss_info
+
+    def reset(self, *, seed: int | np.ndarray | None = None, options: dict[str, Any] | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs, self._info(info)
+
+    def step(self, actions: np.ndarray):
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        if self.life_loss_info:
+            terminated = terminated | info["life_loss"]
+            truncated = truncated & ~terminated
+        return obs, rewards, terminated, truncated, self._info(info)
+
+    def _info(self, info: dict[str, Any]) -> dict[str, Any]:
+        ours = {"env_id": np.arange(self.num_envs, dtype=np.int32)}
+        ours.update((key, info[key].astype(np.int32)) for key in self.KEYS)
+        return ours
+
+
 class AtariEpisodes(VectorWrapper):
-    """Learner view (clipped rewards, life-loss reset steps) and true game statistics over AtariVectorEnv.
+    """Learner view (clipped rewards, life-loss reset steps) and true game statistics over either backend.
 
     Per step, all vectorised over sub-envs:
     - `life_reset` envs lost a life on the previous step (a termination under episodic life): their action

@@ -3,12 +3,15 @@
 A vector env is a chain of wrappers around a base (Gymnasium's SyncVectorEnv with its sub-envs, each a
 chain of single-env wrappers, or a numpy vector env such as CartPole's). Its state is what the chain's
 objects hold in plain attributes: arrays, numbers, RNGs (`np.random.Generator`), running statistics,
-deques of recent episodes, and MuJoCo's `MjData` (through `mj_getState`, which is exactly what
-integration needs). Configuration (spaces, specs, callables, renderers) is not state and is skipped.
+deques of recent episodes, MuJoCo's `MjData` (through `mj_getState`, which is exactly what
+integration needs) and ALE's emulator (`cloneState(include_rng=True)`: the machine, the frame counters,
+the last action and the RNG of sticky actions, serialized to bytes). Configuration (spaces, specs,
+callables, renderers) is not state and is skipped.
 
 Families whose state lives where this cannot reach — Box2D's C++ world, the C++ emulators of ale_py's
-AtariVectorEnv, worker processes of an AsyncVectorEnv — report a reason instead (`capture` returns
-None and the reason); the trainer then logs it and resets those envs on resume.
+AtariVectorEnv (the single Atari backend is capturable), worker processes of an AsyncVectorEnv — report a
+reason instead (`capture` returns None and the reason); the trainer then logs it and resets those envs on
+resume.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def _encode(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             raise Uncapturable(f"{key} is an object array")
-        arrays[key] = value
+        arrays[key] = value.copy()  # a snapshot: the env writes its arrays in place as it steps
         return {"array": key}
     if isinstance(value, np.random.Generator):
         return {"generator": value.bit_generator.state}
@@ -56,6 +59,8 @@ def _encode(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
         if type(value).__name__ == "MjData":
             return {"mjdata": True}  # handled by the owner, which also has the model
         return NotImplemented
+    if module.startswith("ale_py") and type(value).__name__ == "ALEInterface":
+        return {"ale": True}  # handled by the owner, as MjData
     if module.startswith("Box2D"):
         raise Uncapturable("Box2D keeps its world in C++ objects")
     if type(value).__name__ == "RunningMeanStd":
@@ -79,6 +84,10 @@ def _capture_object(obj: Any, arrays: dict[str, np.ndarray], prefix: str) -> dic
             mujoco.mj_getState(obj.model, value, buffer, spec)
             arrays[f"{prefix}.{name}"] = buffer
             encoded = {"mjdata": f"{prefix}.{name}"}
+        elif isinstance(encoded, dict) and encoded.get("ale"):
+            serialized = value.cloneState(include_rng=True).serialize()
+            arrays[f"{prefix}.{name}"] = np.frombuffer(serialized, dtype=np.uint8).copy()
+            encoded = {"ale": f"{prefix}.{name}"}
         state[name] = encoded
     return state
 
@@ -117,6 +126,11 @@ def _restore_object(obj: Any, state: dict[str, Any], arrays: dict[str, np.ndarra
             mujoco.mj_setState(obj.model, getattr(obj, name), arrays[encoded["mjdata"]], mujoco.mjtState.mjSTATE_INTEGRATION)
             mujoco.mj_forward(obj.model, getattr(obj, name))
             continue
+        if isinstance(encoded, dict) and "ale" in encoded:
+            from ale_py import ALEState
+
+            getattr(obj, name).restoreState(ALEState(arrays[encoded["ale"]].tobytes()))
+            continue
         setattr(obj, name, _decode(getattr(obj, name, None), encoded, arrays))
 
 
@@ -136,7 +150,8 @@ def capture(envs: VectorEnv) -> tuple[dict[str, Any] | None, dict[str, np.ndarra
     if isinstance(base, AsyncVectorEnv):
         return None, {}, "the sub-envs live in worker processes (async vectorization)"
     if type(base).__module__.startswith("ale_py"):
-        return None, {}, "ale_py's AtariVectorEnv keeps its emulators in C++ without a state API"
+        return None, {}, ("ale_py's AtariVectorEnv keeps its emulators in C++ without a state API; "
+                          "set env.atari.backend=single for exact resume")
     try:
         state: dict[str, Any] = {"layers": [_capture_object(layer, arrays, f"env.{i}") for i, layer in enumerate(layers)]}
         if isinstance(base, SyncVectorEnv):

@@ -6,7 +6,9 @@ ones. Frames are streamed to ffmpeg (libx264, yuv420p) as they are rendered, nev
 temporary file beside the target that is renamed into place at the end: a killed write leaves no broken mp4
 under the final name.
 
-ALE ids have no video yet: ale_py's AtariVectorEnv, the only way rlfoundry builds them, does not render.
+ALE ids are recorded on the single Atari backend whatever backend the run trained on (ale_py's AtariVectorEnv does
+not render; see `rlfoundry.envs.atari`), and the episode is a whole game, all lives: a life loss ends the learner's
+episode, not the video. After training on the vector backend, the video's game is not one that `evaluate` played.
 """
 
 from __future__ import annotations
@@ -30,9 +32,6 @@ DEFAULT_FPS = 30
 
 def check_renders(env_id: str) -> None:
     """Raise ConfigError unless `env_id` can render rgb_array frames (checked before any env is built)."""
-    if atari.is_atari(env_id):
-        raise ConfigError(f"env.id = '{env_id}': video is not supported for ALE ids yet "
-                          "(ale_py's AtariVectorEnv does not render)")
     envs_lib.register_optional_families()
     spec = gym.spec(env_id)
     creator = spec.entry_point
@@ -120,7 +119,10 @@ def record_video(agent, env_cfg, obs_stats: tuple[np.ndarray, np.ndarray, float]
                 total += float(reward[0])
                 writer.append_data(video_frame(envs.render()[0], env_cfg.id))
                 frames += 1
-                if terminated[0] or truncated[0]:
+                ended = terminated[0] or truncated[0]
+                if atari.is_atari(env_cfg.id):  # the game, not the learner's episode (one life)
+                    ended = "_episode" in info and info["_episode"][0]
+                if ended:
                     complete = True
                     if "_episode" in info and info["_episode"][0]:  # the true return where it is recorded
                         total = float(info["episode"]["r"][0])
