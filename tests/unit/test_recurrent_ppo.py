@@ -1,4 +1,4 @@
-"""Recurrent PPO's plumbing: the update replays exactly what acting computed.
+"""Recurrent PPO's plumbing (shared by A2C and REINFORCE): the update replays exactly what acting computed.
 
 Acting runs a core one step at a time over the envs, carrying memory across rollouts and resetting it at
 episode starts; the update replays stored sequences (chunks of `sequence_length`, cut again at episode
@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+import rlfoundry
+
 from rlfoundry.algos.base import Memory, rollout_collector
 from rlfoundry.algos.ppo import PPO
-from rlfoundry.buffers.rollout import memory_columns, split_at_episode_starts, to_sequences
+from rlfoundry.buffers.rollout import (
+    evaluate_minibatch, memory_columns, minibatches, split_at_episode_starts, to_sequences,
+)
 from rlfoundry.config.load import load_config
 from rlfoundry.envs import make
 from rlfoundry.run.evaluate import evaluate
@@ -41,6 +45,14 @@ def test_split_at_episode_starts_moves_each_episode_piece_to_its_own_sequence():
     assert pieces.row.T.tolist() == [[0, 1, 0, 1], [0, 1, 2, 0]]
 
 
+@pytest.mark.parametrize("spec", ["CartPole-v1:a2c", "CartPole-v1:reinforce"])
+def test_a2c_and_reinforce_train_with_a_memory_core(tmp_path, quiet, spec):
+    _, summary = rlfoundry.train(spec, [*quiet, "network.core=gru", "network.core_hidden=16", "env.num_envs=2",
+                                        "algo.num_steps=40", "train.total_timesteps=400", "eval.episodes=2"],
+                                 tmp_path / "run")
+    assert summary["status"] == "finished" and summary["total_steps"] == 400
+
+
 def agent_for(core: str, sequence_length: int):
     cfg = load_config("CartPole-v1:ppo-masked", [
         f"network.core={core}", "network.core_hidden=32", "network.memory_length=4", "network.num_heads=2",
@@ -59,15 +71,16 @@ def test_replayed_sequences_reproduce_the_collected_logprobs_and_values(core):
         for rollout_index in range(2):  # the second rollout starts from memory carried over from the first
             rollout, _ = rollout_collector(agent, envs).collect(agent.policy)
             assert bool(rollout.starts[1:].any()), "the check needs episode starts inside the rollout"
-            advantages = torch.zeros_like(rollout.rewards)
-            data = (rollout.obs, rollout.actions, rollout.logprobs, rollout.values, advantages, advantages)
+            epoch = minibatches(rollout, (rollout.logprobs, rollout.values), rollout.valid, agent.policy,
+                                minibatch_rows=32, sequence_length=8)
             checked = 0
-            for mb in agent._sequence_minibatches(rollout, data)():
+            for mb in epoch():
                 with torch.no_grad():
-                    logprobs, _, values = agent.policy.evaluate(mb.obs, mb.actions, mb.state, mb.starts, mb.steps)
-                torch.testing.assert_close(logprobs[mb.valid], mb.logprobs, atol=1e-5, rtol=1e-5)
-                torch.testing.assert_close(values[mb.valid], mb.values, atol=1e-5, rtol=1e-5)
-                checked += len(mb.logprobs)
+                    logprobs, _, values = evaluate_minibatch(agent.policy, mb)
+                collected_logprobs, collected_values = mb.targets
+                torch.testing.assert_close(logprobs, collected_logprobs, atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(values, collected_values, atol=1e-5, rtol=1e-5)
+                checked += len(logprobs)
             assert checked == int(rollout.valid.sum()), rollout_index
     finally:
         envs.close()

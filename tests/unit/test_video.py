@@ -48,14 +48,14 @@ class Constant:
     def __init__(self, action):
         self.action = np.asarray(action)
 
-    def predict(self, obs, deterministic=True):
+    def predict(self, obs, deterministic=True, memory=None):
         return np.repeat(self.action[None], len(obs), axis=0)
 
 
 class Balance:
     """Keeps CartPole up for the full 500 steps: push the cart towards where the pole falls."""
 
-    def predict(self, obs, deterministic=True):
+    def predict(self, obs, deterministic=True, memory=None):
         return (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
 
 
@@ -113,7 +113,7 @@ def test_a_failed_write_keeps_the_old_video_and_leaves_no_temporary_file(tmp_pat
     class Crashes(Balance):
         calls = 0
 
-        def predict(self, obs, deterministic=True):
+        def predict(self, obs, deterministic=True, memory=None):
             self.calls += 1
             if self.calls == 20:
                 raise RuntimeError("boom")

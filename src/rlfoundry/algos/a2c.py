@@ -30,7 +30,7 @@ from rlfoundry.algos.base import (
 )
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.algos.ppo import explained_variance
-from rlfoundry.buffers.rollout import gae
+from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatches
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets import build_actor_critic
@@ -97,16 +97,15 @@ class A2C(Agent):
         advantages = gae(rollout.rewards, rollout.values, rollout.next_values, rollout.terminated, rollout.dones,
                          algo.gamma, algo.gae_lambda)
         returns = advantages + rollout.values
-        index = rollout.valid.flatten().nonzero().squeeze(-1)
-        advantages, returns = advantages.flatten()[index], returns.flatten()[index]
-        if algo.norm_adv and len(index) > 1:
+        batch = next(minibatches(rollout, (advantages, returns, rollout.values), rollout.valid, self.policy)())
+        advantages, returns, old_values = batch.targets
+        if algo.norm_adv and len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
         lr, ent_coef = algo.lr(progress), algo.ent_coef(progress)
         self.optimizer.set_lr(lr)
         with self.autocast():
-            logprobs, entropy, values = self.policy.evaluate(rollout.obs.flatten(0, 1)[index],
-                                                             rollout.actions.flatten(0, 1)[index])
+            logprobs, entropy, values = evaluate_minibatch(self.policy, batch)
         if ent_coef == 0:
             entropy = entropy.detach()  # reported only: no backward pass through it
         loss, stats = a2c_loss(logprobs, advantages, values, returns, entropy, algo.vf_coef, ent_coef)
@@ -114,7 +113,7 @@ class A2C(Agent):
 
         metrics = {key: float(value) for key, value in stats.items()}
         metrics.update({
-            "diag/explained_variance": explained_variance(rollout.values.flatten()[index], returns),
+            "diag/explained_variance": explained_variance(old_values, returns),
             "diag/grad_norm": float(grad_norm),
             "diag/lr": lr,
             "diag/ent_coef": ent_coef,

@@ -24,7 +24,7 @@ Deliberate choices, with their sources:
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from rlfoundry.algos.base import (
     rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.buffers.rollout import gae, memory_columns, split_at_episode_starts, to_sequences
+from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatches
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets import build_actor_critic
@@ -164,22 +164,6 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if variance == 0 else float(1 - (target - predicted).var() / variance)
 
 
-class Minibatch(NamedTuple):
-    """Rows for one gradient step: flat [N] for a feed-forward policy; for a recurrent one, `steps` × M sequences
-    flattened time-major, replayed from `state` with `starts`, of which the rows in `valid` are learned from."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    state: tuple | None = None
-    starts: torch.Tensor | None = None
-    steps: int = 1
-    valid: torch.Tensor | None = None
-
-
 class PPO(Agent):
     def __init__(self, cfg, spec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
@@ -202,29 +186,24 @@ class PPO(Agent):
         )
         returns = advantages + rollout.values
 
-        data = (rollout.obs, rollout.actions, rollout.logprobs, rollout.values, advantages, returns)  # [T, B, ...]
-        if self.policy.recurrent:
-            epoch_batches = self._sequence_minibatches(rollout, data)
-        else:
-            epoch_batches = self._row_minibatches(rollout, data)
+        epoch = minibatches(rollout, (rollout.logprobs, rollout.values, advantages, returns), rollout.valid,
+                            self.policy, self.minibatch_samples, algo.sequence_length)
 
         lr, clip_coef, ent_coef = algo.lr(progress), algo.clip_coef(progress), algo.ent_coef(progress)
         self.optimizer.set_lr(lr)
         totals: dict[str, torch.Tensor] = {}
         updates, stopped_early = 0, False
         for _ in range(algo.update_epochs):
-            for mb in epoch_batches():
+            for mb in epoch():
+                old_logprobs, old_values, mb_adv, mb_returns = mb.targets
                 with self.autocast():
-                    logprobs, entropy, values = self.policy.evaluate(mb.obs, mb.actions, mb.state, mb.starts, mb.steps)
-                if mb.valid is not None:
-                    logprobs, entropy, values = logprobs[mb.valid], entropy[mb.valid], values[mb.valid]
+                    logprobs, entropy, values = evaluate_minibatch(self.policy, mb)
                 if ent_coef == 0:
                     entropy = entropy.detach()  # reported only: no backward pass through it
-                mb_adv = mb.advantages
                 if algo.norm_adv and len(mb_adv) > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 loss, stats = ppo_loss(
-                    logprobs, mb.logprobs, mb_adv, values, mb.values, mb.returns, entropy,
+                    logprobs, old_logprobs, mb_adv, values, old_values, mb_returns, entropy,
                     clip_coef, algo.vf_coef, ent_coef, algo.clip_vloss,
                 )
                 if algo.target_kl is not None and stats["diag/approx_kl"] > 1.5 * algo.target_kl:
@@ -247,55 +226,6 @@ class PPO(Agent):
             "diag/ent_coef": ent_coef,
         })
         return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
-
-    def _row_minibatches(self, rollout, data):
-        """Feed-forward: the real transitions (reset rows dropped), shuffled into minibatches each epoch."""
-        index = rollout.valid.flatten().nonzero().squeeze(-1)
-        rows = [x.flatten(0, 1)[index] for x in data]
-        num_minibatches = max(1, round(len(index) / self.minibatch_samples))
-
-        def epoch():
-            if num_minibatches == 1:  # the whole rollout: its order does not matter, so skip the gathers
-                yield Minibatch(*rows)
-                return
-            for mb in torch.randperm(len(index), device=self.device).tensor_split(num_minibatches):
-                yield Minibatch(*(x[mb] for x in rows))
-
-        return epoch
-
-    def _sequence_minibatches(self, rollout, data):
-        """Recurrent: each env's rollout cut into chunks of `sequence_length` steps and the chunks cut again at
-        episode starts, so every sequence begins either from its stored memory or from a fresh one; minibatches
-        are shuffled whole sequences [L', M]."""
-        length = self.algo.sequence_length or self.algo.num_steps
-        chunks = [to_sequences(x, length) for x in (*data, rollout.valid, rollout.starts)]
-        pieces = split_at_episode_starts(chunks[-1])
-
-        def relayout(x: torch.Tensor) -> torch.Tensor:
-            out = x.new_zeros((pieces.length, pieces.count, *x.shape[2:]))
-            out[pieces.row, pieces.column] = x
-            return out
-
-        obs, actions, *targets, valid, _ = (relayout(x) for x in chunks)
-        starts = torch.ones(pieces.length, pieces.count, dtype=torch.bool, device=self.device)
-        starts[1:] = False
-        starts[0, pieces.first] = chunks[-1][0]
-        memory = self.policy.initial_state(pieces.count)
-        for core, stored in zip(memory, memory_columns(rollout.states)):
-            for tensor, values in zip(core, stored):
-                tensor[:, pieces.first] = values
-        num_minibatches = min(pieces.count, self.algo.num_minibatches(self.spec.num_envs))
-
-        def epoch():
-            for mb in torch.randperm(pieces.count, device=self.device).tensor_split(num_minibatches):
-                rows = valid[:, mb].flatten()
-                yield Minibatch(
-                    obs[:, mb].flatten(0, 1), actions[:, mb].flatten(0, 1), *(x[:, mb].flatten()[rows] for x in targets),
-                    state=tuple(tuple(t[:, mb] for t in core) for core in memory), starts=starts[:, mb],
-                    steps=pieces.length, valid=rows,
-                )
-
-        return epoch
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         return predict_actions(self, obs, deterministic, memory)

@@ -30,7 +30,7 @@ from rlfoundry.algos.base import (
     rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.buffers.rollout import discounted_scan
+from rlfoundry.buffers.rollout import discounted_scan, evaluate_minibatch, minibatches
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets import build_actor_critic
@@ -120,17 +120,17 @@ class REINFORCE(Agent):
         start = time.perf_counter()
         returns, mask = monte_carlo_targets(rollout.rewards, rollout.dones, rollout.valid, first_row_starts,
                                             algo.gamma, algo.returns == "episode")
-        index = mask.flatten().nonzero().squeeze(-1)
+        used = int(mask.sum())
         lr, ent_coef = algo.lr(progress), algo.ent_coef(progress)
         self.optimizer.set_lr(lr)
-        metrics: dict[str, float] = {"diag/used_fraction": len(index) / mask.numel(), "diag/lr": lr}
-        if len(index) > 0:
+        metrics: dict[str, float] = {"diag/used_fraction": used / mask.numel(), "diag/lr": lr}
+        if used > 0:
+            batch = next(minibatches(rollout, (returns,), mask, self.policy)())
             with self.autocast():
-                logprobs, entropy, values = self.policy.evaluate(rollout.obs.flatten(0, 1)[index],
-                                                                 rollout.actions.flatten(0, 1)[index])
-            returns = returns.flatten()[index]
+                logprobs, entropy, values = evaluate_minibatch(self.policy, batch)
+            (returns,) = batch.targets
             targets = returns - values.detach() if algo.baseline else returns
-            if algo.normalize_targets and len(index) > 1:
+            if algo.normalize_targets and used > 1:
                 targets = (targets - targets.mean()) / (targets.std() + 1e-8)
             if ent_coef == 0:
                 entropy = entropy.detach()

@@ -242,6 +242,83 @@ def split_at_episode_starts(starts: torch.Tensor) -> EpisodePieces:
     return EpisodePieces(row, first + piece, int(pieces.sum()), int(row.max()) + 1, first)
 
 
+class Minibatch(NamedTuple):
+    """Rows for one gradient step. Feed-forward: the learned rows, flat [N]. Recurrent: `steps` × M whole
+    sequences flattened time-major (obs, actions), replayed from `state` with `starts`; `learned` [steps·M]
+    picks the rows the loss uses, and `targets` hold those rows only."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    targets: tuple[torch.Tensor, ...]  # per-row quantities of the algorithm's loss, in the order given
+    state: tuple | None = None
+    starts: torch.Tensor | None = None
+    steps: int = 1
+    learned: torch.Tensor | None = None
+
+
+def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: torch.Tensor, policy,
+                minibatch_rows: int | None = None, sequence_length: int | None = None):
+    """A function that yields one epoch of shuffled minibatches of the rollout's rows where `learned` [T, B] is
+    true (reset rows never are), with `targets` ([T, B] each) alongside: as many minibatches as `minibatch_rows`
+    fit in the learned rows (None: one, the whole rollout).
+
+    Feed-forward policies get rows. Recurrent ones get whole sequences: each env's rollout cut into chunks of
+    `sequence_length` (default: the whole rollout), cut again at episode starts (`split_at_episode_starts`),
+    each replayed from its stored memory or a fresh one; there are then at most as many minibatches as sequences.
+    """
+    learned_count = int(learned.sum())
+    count = 1 if minibatch_rows is None else max(1, round(learned_count / minibatch_rows))
+    if not policy.recurrent:
+        index = learned.flatten().nonzero().squeeze(-1)
+        rows = [x.flatten(0, 1)[index] for x in (rollout.obs, rollout.actions, *targets)]
+
+        def rows_epoch():
+            if count == 1:  # the whole rollout: its order does not matter, so skip the gathers
+                yield Minibatch(rows[0], rows[1], tuple(rows[2:]))
+                return
+            for mb in torch.randperm(len(index), device=index.device).tensor_split(count):
+                yield Minibatch(rows[0][mb], rows[1][mb], tuple(x[mb] for x in rows[2:]))
+
+        return rows_epoch
+
+    length = sequence_length or len(rollout.obs)
+    chunks = [to_sequences(x, length) for x in (rollout.obs, rollout.actions, *targets, learned, rollout.starts)]
+    pieces = split_at_episode_starts(chunks[-1])
+
+    def relayout(x: torch.Tensor) -> torch.Tensor:
+        out = x.new_zeros((pieces.length, pieces.count, *x.shape[2:]))
+        out[pieces.row, pieces.column] = x
+        return out
+
+    obs, actions, *values, learned_rows, _ = (relayout(x) for x in chunks)
+    starts = torch.zeros(pieces.length, pieces.count, dtype=torch.bool, device=obs.device)
+    starts[0] = True
+    starts[0, pieces.first] = chunks[-1][0]
+    memory = policy.initial_state(pieces.count)
+    for core, stored in zip(memory, memory_columns(rollout.states)):
+        for tensor, columns in zip(core, stored):
+            tensor[:, pieces.first] = columns
+    count = min(count, pieces.count)
+
+    def sequences_epoch():
+        for mb in torch.randperm(pieces.count, device=obs.device).tensor_split(count):
+            rows = learned_rows[:, mb].flatten()
+            yield Minibatch(obs[:, mb].flatten(0, 1), actions[:, mb].flatten(0, 1),
+                            tuple(x[:, mb].flatten()[rows] for x in values),
+                            state=tuple(tuple(t[:, mb] for t in core) for core in memory), starts=starts[:, mb],
+                            steps=pieces.length, learned=rows)
+
+    return sequences_epoch
+
+
+def evaluate_minibatch(policy, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log-probabilities, entropies, values) of the minibatch's learned rows, with gradients."""
+    logprobs, entropy, values = policy.evaluate(mb.obs, mb.actions, mb.state, mb.starts, mb.steps)
+    if mb.learned is None:
+        return logprobs, entropy, values
+    return logprobs[mb.learned], entropy[mb.learned], values[mb.learned]
+
+
 def _unflatten_memory(resume: dict[str, np.ndarray], device: torch.device) -> tuple | None:
     """The memory that `RolloutCollector.state()` flattened to `memory.<trunk>.<tensor>` arrays, or None."""
     keys = sorted((tuple(map(int, key.split(".")[1:])), key) for key in resume if key.startswith("memory."))

@@ -24,7 +24,7 @@ ALGO_CONFIGS: dict[str, type[StrictModel]] = {
 }
 
 
-RECURRENT_ALGOS = ("ppo",)  # the algorithms that replay stored sequences for a memory core
+RECURRENT_ALGOS = ("ppo", "a2c", "reinforce")  # the algorithms that replay stored sequences for a memory core
 
 
 def _algo_name(value: Any) -> str | None:

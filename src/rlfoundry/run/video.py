@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlfoundry import envs as envs_lib
+from rlfoundry.algos.base import Memory
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import atari
 from rlfoundry.run.seeding import env_seed
@@ -113,8 +114,10 @@ def record_video(agent, env_cfg, obs_stats: tuple[np.ndarray, np.ndarray, float]
             )
             writer.append_data(first)
             frames, length, total, complete = 1, 0, 0.0, False
+            memory = Memory()
             while length < max_steps:
-                obs, reward, terminated, truncated, info = envs.step(agent.predict(obs, deterministic))
+                obs, reward, terminated, truncated, info = envs.step(agent.predict(obs, deterministic, memory))
+                memory.ended(terminated | truncated)
                 length += 1
                 total += float(reward[0])
                 writer.append_data(video_frame(envs.render()[0], env_cfg.id))
