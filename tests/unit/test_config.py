@@ -54,7 +54,8 @@ def test_every_preset_variant_loads(env_id, variant):
     assert isinstance(cfg, ExperimentConfig)
     assert cfg.env.id == env_id
     assert cfg.variant == variant
-    assert cfg.threshold == pytest.approx(float(preset.solved["return"]))
+    solved = (preset.variants[variant] or {}).get("solved") or preset.solved  # a variant may have its own
+    assert cfg.threshold == pytest.approx(float(solved["return"]))
     if cfg.algo.name == "ppo":
         rollout = cfg.env.num_envs * cfg.algo.num_steps
         assert 1 <= cfg.algo.minibatch_samples(cfg.env.num_envs) <= rollout

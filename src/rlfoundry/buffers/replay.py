@@ -169,6 +169,38 @@ class ReplayBuffer:
         grown = np.where(prev > 0, np.minimum(prev + 1, S), np.where(-prev + 1 >= S, S, prev - 1))
         self.depth[slot] = np.where(continued, grown, np.where(padded, 1, -1))
 
+    def restart(self, obs: np.ndarray) -> None:
+        """The envs start again from `obs` without an episode end (a resume whose envs were reset, new actor
+        processes): the stored episodes end at their last step as truncations, which bootstrap from the pending
+        row (their true next observation), and the pending row becomes a reset row whose next observation is
+        `obs`, exactly as after NEXT_STEP autoreset. Before the first `add` there is nothing to end."""
+        if self.step == 0:
+            return
+        t, R, B = self.step, self.num_rows, self.num_envs
+        ongoing = ~self.prev_done  # envs whose last step did not already end an episode
+        self.truncated[(t - 1) % R] |= ongoing
+        # the n-step windows that now end at that truncation are complete: mark them as `add` would have
+        bootstrap_ok = self.depth[t % R] > 0
+        blocked = np.zeros(B, bool)
+        became = []
+        for k in range(min(self.n_step, t)):
+            r = (t - 1 - k) % R
+            if k > 0:
+                blocked |= self.terminated[r] | self.truncated[r]
+            new = ongoing & ~blocked & ~self.ready[r] & ~self.reset_rows[r] & (self.depth[r] > 0) & bootstrap_ok
+            self.ready[r] |= new
+            became.append(np.flatnonzero(new) + r * B)
+        became = np.concatenate(became)
+        self.num_ready += became.size
+        self._became_ready(became)
+        self.prev_done = np.ones(B, bool)  # so the pending row is a reset row
+        pending = self._stacks(np.full(B, t), np.arange(B))
+        self.add(pending, np.zeros((B, *self.action_shape), self.action_dtype), np.zeros(B, np.float32),
+                 np.zeros(B, bool), np.zeros(B, bool), obs)
+
+    def _became_ready(self, slots: np.ndarray) -> None:
+        """Flat slots that became ready outside `add` (see `restart`)."""
+
     # ---------------------------------------------------------------- sampling
 
     def __len__(self) -> int:
@@ -369,6 +401,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         weights /= weights.max()
         rows = self._absolute(slots // self.num_envs)
         return self._gather(rows, slots % self.num_envs, weights.astype(np.float32))
+
+    def _became_ready(self, slots: np.ndarray) -> None:
+        self.tree.update(slots, np.full(slots.size, self.max_priority))
 
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         """Set p = (|td_error| + eps)^alpha for sampled `indices`; slots that left the buffer since are skipped."""

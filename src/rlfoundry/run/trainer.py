@@ -241,6 +241,7 @@ class Trainer:
         finally:
             wall = time.perf_counter() - start
             self.summary.update(wall_time_s=wall, sps=p.global_step / wall if wall > 0 else None)
+            agent.close()
             train_envs.close()
             eval_envs.close()
         if self.summary["status"] == "stopped":
@@ -289,7 +290,7 @@ class Trainer:
         rest["torch_rng"] = torch.get_rng_state()
         np_state = np.random.get_state()
         py_version, py_internal, py_gauss = random.getstate()
-        env_state, arrays, why = envs_state.capture(train_envs)
+        env_state, arrays, why = (None, {}, agent.envs_elsewhere) if agent.envs_elsewhere else envs_state.capture(train_envs)
         arrays.update(agent_arrays)
         arrays["numpy_rng_keys"] = np_state[1]
         state = {
