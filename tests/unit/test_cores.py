@@ -129,13 +129,31 @@ def naive_scan(a, b, h0):
     return torch.stack(hs)
 
 
-def test_linear_scan_equals_loop():
+def test_parallel_scan_equals_loop():
     g = torch.Generator().manual_seed(0)
     a = torch.rand(13, 2, 3, 4, generator=g, dtype=torch.float64)
     b = torch.randn(13, 2, 3, 4, generator=g, dtype=torch.float64)
     a[[4, 9]] = 0.0  # resets
     h0 = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
-    torch.testing.assert_close(cores._linear_scan(a, b, h0), naive_scan(a, b, h0))
+    torch.testing.assert_close(cores._parallel_scan(a, b, h0), naive_scan(a, b, h0))
+
+
+def test_selective_scan_on_cpu_equals_the_parallel_form():
+    """The CPU loop (decays and states never materialised) against the GPU path's parallel scan and contraction."""
+    g = torch.Generator().manual_seed(1)
+    steps, envs, e, n = 11, 2, 3, 4
+    dt = torch.rand(steps, envs, e, generator=g, dtype=torch.float64)
+    A = -torch.rand(e, n, generator=g, dtype=torch.float64)
+    u = torch.randn(steps, envs, e, generator=g, dtype=torch.float64)
+    B, C = (torch.randn(steps, envs, n, generator=g, dtype=torch.float64) for _ in range(2))
+    h0 = torch.randn(envs, e, n, generator=g, dtype=torch.float64)
+    starts = torch.zeros(steps, envs, dtype=torch.float64)
+    starts[[0, 3, 7], [1, 0, 1]] = 1
+    y, h = cores._selective_scan(dt, A, u, B, C, h0, starts)
+    decay = torch.exp(dt[..., None] * A) * (1 - starts)[..., None, None]
+    hs = naive_scan(decay, u[..., None] * B[:, :, None], h0)
+    torch.testing.assert_close(y, torch.einsum("tben,tbn->tbe", hs, C))
+    torch.testing.assert_close(h, hs[-1])
 
 
 def test_ssd_equals_loop():

@@ -251,10 +251,34 @@ def _causal_conv(x, window, weight, bias, last):
     return out, padded[T:] * keep[-1, :, 1:].T[..., None]
 
 
-def _linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
-    """Every h_t = a_t h_{t-1} + b_t along dim 0, from h0.
+def _selective_scan(dt, A, u, B, C, h0, starts) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mamba's scan: y_t = h_t C_t with h_t = exp(dt_t A) ⊙ h_{t-1} + u_t B_t^T, the state zeroed where
+    starts[t]; dt and u [T, B, E], A [E, N], B and C [T, B, N], h0 [B, E, N], starts [T, B] (0/1). Returns
+    (y [T, B, E], h_T).
 
-    Hillis & Steele's (1986) parallel prefix: ceil(log2 T) vectorised steps, composing
+    On a GPU, the log-depth parallel scan over the materialised [T, B, E, N] decays and inputs. On a CPU a loop
+    over time is faster: the parallel scan does O(T log T) work on [T, B, E, N] tensors, memory-bound there,
+    while the loop does O(T) work on cache-sized [B, E, N] steps and never materialises decays, inputs or
+    states. Measured forward and backward of a whole Mamba core at T = 32, B = 8, E = 128, N = 16 on 2 CPU
+    cores: about 5× faster.
+    """
+    keep = 1 - starts
+    if dt.is_cuda:
+        decay = torch.exp(dt[..., None] * A) * keep[..., None, None]
+        hs = _parallel_scan(decay, u[..., None] * B[:, :, None], h0)
+        return torch.einsum("tben,tbn->tbe", hs, C), hs[-1]
+    inner_starts = bool(starts[1:].any())
+    h, ys = h0 * keep[0, :, None, None], []
+    for t, (dt_t, u_t, b_t, c_t) in enumerate(zip(*(v.unbind(0) for v in (dt, u, B, C)))):  # one gradient each
+        if inner_starts and t > 0:
+            h = h * keep[t, :, None, None]
+        h = torch.baddbmm(torch.exp(dt_t[:, :, None] * A) * h, u_t[:, :, None], b_t[:, None, :])
+        ys.append(torch.bmm(h, c_t[:, :, None]))
+    return torch.stack(ys).squeeze(-1), h
+
+
+def _parallel_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    """Hillis & Steele's (1986) parallel prefix: ceil(log2 T) vectorised steps, composing
     (a1, b1) then (a2, b2) into (a2 a1, a2 b1 + b2). Products only, no logs, so a_t = 0 (a reset)
     is exact. With T = 1 it is the recurrent step.
     """
@@ -349,9 +373,7 @@ class _SelectiveSSM(nn.Module):
         if _kernel_ok(selective_scan_fn, x, starts):
             y, h = self._kernel_scan(x, dt, A, B, C, h0 * (1 - starts[0, :, None, None]))
         else:
-            decay = torch.exp(dt[..., None] * A) * (1 - starts[..., None, None])  # [T, B, E, N]
-            hs = _linear_scan(decay, (dt * x)[..., None] * B[:, :, None], h0)
-            y, h = torch.einsum("tben,tbn->tbe", hs, C), hs[-1]
+            y, h = _selective_scan(dt, A, dt * x, B, C, h0, starts)
         return self.out_proj((y + self.skip * x) * F.silu(z)), window, h
 
     @staticmethod
