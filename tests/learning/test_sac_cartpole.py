@@ -1,0 +1,16 @@
+"""Learning: discrete SAC (Christodoulou 2019; the CartPole-v1:sac preset) reaches a greedy evaluation return
+≥ 475 on CartPole-v1 within 30k steps for 2 seeds (measured: solved at 16k and 24k steps)."""
+
+import pytest
+
+import rlfoundry
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_discrete_sac_solves_cartpole(tmp_path, quiet, seed):
+    _, summary = rlfoundry.train(
+        "CartPole-v1:sac", [*quiet, f"train.seed={seed}", "train.total_timesteps=30000"], tmp_path / "run"
+    )
+    assert summary["solved_at_step"] is not None and summary["solved_at_step"] <= 30_000, summary
+    assert summary["best_eval_return"] >= 475
