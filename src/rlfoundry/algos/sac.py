@@ -132,7 +132,7 @@ def build_actor(spec, net_cfg) -> torch.nn.Module:
 def act(actor: torch.nn.Module, obs: np.ndarray, precision: str, deterministic: bool = False) -> np.ndarray:
     """Actions for a batch of observations, on the actor's device; uses no gradients."""
     device = next(actor.parameters()).device
-    with torch.inference_mode(), autocast(device, precision):
+    with torch.inference_mode(), autocast(device, precision) if precision != "fp32" else nullcontext():
         tensor = torch.as_tensor(obs, device=device)  # the encoders take any float dtype, and uint8 frames
         if isinstance(actor, CategoricalActor):
             return CategoricalHead.sample(actor(tensor), deterministic).cpu().numpy()

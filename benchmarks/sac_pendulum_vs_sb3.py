@@ -1,0 +1,63 @@
+"""SAC training throughput on Pendulum-v1: rlfoundry vs Stable-Baselines3, same settings, same process.
+
+Both use rl-zoo3's Pendulum-v1 SAC settings, which are SB3's SAC defaults with lr 1e-3 (rlfoundry's
+Pendulum-v1:sac preset): 1 env, buffer 1e6, 100 random steps first, batch 256, one gradient step per env
+step, τ 0.005, γ 0.99, α learned from 1 towards −dim A, 256x256 ReLU actor and twin critics.
+steps/s = env steps / wall time of training (construction excluded); no evaluation.
+
+Run:  python benchmarks/sac_pendulum_vs_sb3.py [--steps 3000] [--seeds 2] [--threads 1] [--out results.md]
+Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from common import frameworks, sb3_missing, throughput
+
+
+def run_rlfoundry(seed: int, steps: int, threads: int) -> dict:
+    from rlfoundry.bench import bench_train
+
+    result = bench_train("Pendulum-v1:sac", ["train.device=cpu", f"train.torch_threads={threads}"], steps, seed)
+    return {"steps": result["steps"], "wall": result["seconds"]}
+
+
+def run_sb3(seed: int, steps: int, threads: int) -> dict:
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(threads)
+    model = SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=1, seed=seed), learning_rate=1e-3,
+                buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005, gamma=0.99, train_freq=1,
+                gradient_steps=1, ent_coef="auto", device="cpu", seed=seed, verbose=0)
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return {"steps": model.num_timesteps, "wall": time.perf_counter() - start}
+
+
+RUNNERS = {"rlfoundry": run_rlfoundry, "sb3": run_sb3}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N")
+    parser.add_argument("--steps", type=int, default=3_000, help="env steps per run")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
+    parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
+    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
+    args = parser.parse_args()
+
+    names = frameworks(args.only)
+    if sb3_missing(names):
+        return 2
+    throughput(names, RUNNERS, args, "SAC Pendulum-v1 (zoo settings)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
