@@ -1,5 +1,5 @@
 """Learning: SAC (rl-zoo3's Pendulum settings) reaches an evaluation return ≥ −250 on Pendulum-v1 within
-15k steps for 2 seeds (measured: solved at 4k and 6k steps, about 45–75 s each on 2 cores)."""
+15k steps for 2 seeds (measured: solved at 5k and 4k steps, about 40–50 s each on 2 cores)."""
 
 import pytest
 

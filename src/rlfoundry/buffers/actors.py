@@ -125,8 +125,11 @@ class ActorPool:
                 if not block:
                     return False
                 for k, process in enumerate(self.processes):
-                    if process.exitcode is not None:
-                        raise RuntimeError(f"actor process {k} exited with code {process.exitcode}")
+                    if process.exitcode is not None:  # died without reporting an error (killed, or failed to start)
+                        raise RuntimeError(
+                            f"actor process {k} exited with code {process.exitcode} (its output, if any, is on stderr; "
+                            "a script that calls rlfoundry.train needs `if __name__ == '__main__':`, since actor "
+                            "processes are spawned)")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"no transitions from the actor processes for {STALL_SECONDS:.0f} s")
         kind, k, *payload = message
