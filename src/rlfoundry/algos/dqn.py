@@ -119,6 +119,7 @@ class DQN(Agent):
         algo, num_envs = self.algo, self.spec.num_envs
         if self.obs is None:
             self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
+            self.replay.restart(self.obs)  # after a resume that reset the envs: no transition spans the gap
         epsilon = self._epsilon(progress)
 
         def choose(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # ε-greedy
