@@ -69,6 +69,19 @@ def test_steps_and_chunks_equal_whole_sequence(name, dtype):
     assert whole.shape == (T, B, core.out_features)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_one_layer_acting_step_equals_whole_sequence(name, grad):
+    """One-layer LSTM/GRU act through their cell ops (LSTM: a fused-gate step without gradients)."""
+    torch.manual_seed(0)
+    core, x, starts = CORES[name](D, small_cfg(core_layers=1)), inputs(), episode_starts()
+    with torch.set_grad_enabled(grad):
+        whole, whole_state = run(core, x, starts, [T])
+        y, state = run(core, x, starts, [1] * T)
+    torch.testing.assert_close(y, whole, atol=1e-5, rtol=0)
+    assert_same_state(state, whole_state, 1e-5)
+
+
 @pytest.mark.parametrize("name", MEMORY)
 def test_reset_equals_fresh_start(name):
     core, x = make_core(name), inputs()

@@ -244,8 +244,8 @@ def split_at_episode_starts(starts: torch.Tensor) -> EpisodePieces:
 
 class Minibatch(NamedTuple):
     """Rows for one gradient step. Feed-forward: the learned rows, flat [N]. Recurrent: `steps` × M whole
-    sequences flattened time-major (obs, actions), replayed from `state` with `starts`; `learned` [steps·M]
-    picks the rows the loss uses, and `targets` hold those rows only."""
+    sequences of observations flattened time-major, replayed from `state` with `starts`; `learned` [steps·M]
+    picks the rows the loss uses, and `actions` and `targets` hold those rows only."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -300,23 +300,28 @@ def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: to
             tensor[:, pieces.first] = columns
     count = min(count, pieces.count)
 
+    def sequence_batch(mb) -> Minibatch:
+        rows = learned_rows[:, mb].flatten()
+        return Minibatch(obs[:, mb].flatten(0, 1), actions[:, mb].flatten(0, 1)[rows],
+                         tuple(x[:, mb].flatten()[rows] for x in values),
+                         state=tuple(tuple(t[:, mb] for t in core) for core in memory), starts=starts[:, mb],
+                         steps=pieces.length, learned=rows)
+
+    whole = sequence_batch(slice(None)) if count == 1 else None  # one minibatch: the same every epoch
+
     def sequences_epoch():
+        if whole is not None:
+            yield whole
+            return
         for mb in torch.randperm(pieces.count, device=obs.device).tensor_split(count):
-            rows = learned_rows[:, mb].flatten()
-            yield Minibatch(obs[:, mb].flatten(0, 1), actions[:, mb].flatten(0, 1),
-                            tuple(x[:, mb].flatten()[rows] for x in values),
-                            state=tuple(tuple(t[:, mb] for t in core) for core in memory), starts=starts[:, mb],
-                            steps=pieces.length, learned=rows)
+            yield sequence_batch(mb)
 
     return sequences_epoch
 
 
 def evaluate_minibatch(policy, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(log-probabilities, entropies, values) of the minibatch's learned rows, with gradients."""
-    logprobs, entropy, values = policy.evaluate(mb.obs, mb.actions, mb.state, mb.starts, mb.steps)
-    if mb.learned is None:
-        return logprobs, entropy, values
-    return logprobs[mb.learned], entropy[mb.learned], values[mb.learned]
+    return policy.evaluate(mb.obs, mb.actions, mb.state, mb.starts, mb.steps, mb.learned)
 
 
 def _unflatten_memory(resume: dict[str, np.ndarray], device: torch.device) -> tuple | None:

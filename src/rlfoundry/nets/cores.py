@@ -103,18 +103,32 @@ class LSTMCore(nn.Module):
         if len(x) == 1 and self.rnn.num_layers == 1:  # acting: one step through the cell op (no sequence set-up)
             state = tuple(s[0] * keep[0, :, None] for s in state)
             if isinstance(self.rnn, nn.LSTM):
-                state = torch.lstm_cell(x[0], state, *self._cell_weights())
+                step = torch.lstm_cell if torch.is_grad_enabled() else _lstm_step
+                state = step(x[0], state, *self._cell_weights())
             else:
                 state = (torch.gru_cell(x[0], state[0], *self._cell_weights()),)
             return state[0].unsqueeze(0), tuple(s.unsqueeze(0) for s in state)
-        cuts = [0, *(keep[1:].lt(1).any(1).nonzero().flatten() + 1).tolist(), len(x)]
+        inner = keep[1:].lt(1).any(1)
+        cuts = [0, *(inner.nonzero().flatten() + 1).tolist(), len(x)] if bool(inner.any()) else [0, len(x)]
         ys = []
         for t0, t1 in itertools.pairwise(cuts):
             state = tuple(s * keep[t0, :, None] for s in state)
             y, state = self.rnn(x[t0:t1], state if len(state) == 2 else state[0])
             state = state if isinstance(state, tuple) else (state,)
             ys.append(y)
-        return torch.cat(ys), state
+        return ys[0] if len(ys) == 1 else torch.cat(ys), state
+
+
+def _lstm_step(x, state, w_ih, w_hh, b_ih, b_hh) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.lstm_cell without gradients, in about half its time on a CPU: the four gates go through one
+    in-place sigmoid, tanh(g) taken as 2·sigmoid(2g) − 1."""
+    h, c = state
+    gates = torch.addmm(b_ih, x, w_ih.t()).addmm_(h, w_hh.t()).add_(b_hh)
+    hidden = h.shape[-1]
+    gates[:, 2 * hidden : 3 * hidden].mul_(2)
+    i, f, g, o = gates.sigmoid_().chunk(4, 1)
+    c = torch.addcmul(f * c, i, g.mul(2).sub_(1))
+    return o * torch.tanh(c), c
 
 
 class GRUCore(LSTMCore):

@@ -82,10 +82,16 @@ class ActorCritic(nn.Module):
         return self.v(self._features(obs, state, starts, 1)[1])
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, state: State | None = None,
-                 starts: torch.Tensor | None = None, steps: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 starts: torch.Tensor | None = None, steps: int = 1,
+                 rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-probabilities of `actions`, entropies, values) with gradients, for the update; a recurrent policy
-        replays whole sequences [T·B] from the memory they started with."""
+        replays whole sequences [T·B] from the memory they started with, and `rows` (a mask over them) picks
+        the rows that `actions` belong to and the results are for."""
         actor, critic, _ = self._features(obs, state, starts, steps)
+        if rows is not None:
+            shared = critic is actor
+            actor = actor[rows]
+            critic = actor if shared else critic[rows]
         dist = self.pi(actor)
         return self.pi.log_prob(dist, actions), self.pi.entropy(dist), self.v(critic)
 
