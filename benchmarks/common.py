@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
+from pathlib import Path
 
 
 def sb3_missing(names: list[str]) -> bool:
@@ -51,3 +53,25 @@ def throughput(names: list[str], runners: dict, args, title: str) -> str:
     if args.out:
         args.out.write_text(report + "\n")
     return report
+
+
+def parser(doc: str, seeds: int, steps: int, steps_help: str = "env steps per run") -> argparse.ArgumentParser:
+    """The options every side-by-side benchmark takes."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=seeds, help="seeds 1..N")
+    parser.add_argument("--steps", type=int, default=steps, help=steps_help)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
+    parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
+    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
+    return parser
+
+
+def side_by_side(args, runners: dict, title: str, extra: list[str] | None = None) -> int:
+    """Run the frameworks `args.only` names (plus `extra` runner names) in turn; exit status 2 without SB3."""
+    names = frameworks(args.only)
+    if "rlfoundry" in names:
+        names[1:1] = extra or []
+    if sb3_missing(names):
+        return 2
+    throughput(names, runners, args, title)
+    return 0

@@ -18,13 +18,11 @@ Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 
 import torch
-from common import frameworks, sb3_missing, throughput
+from common import parser, side_by_side
 
 N_ENVS = 8
 
@@ -64,22 +62,10 @@ RUNNERS = {"rlfoundry": run_rlfoundry, "rlfoundry-bf16": run_rlfoundry_bf16, "sb
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 1..N")
-    parser.add_argument("--steps", type=int, default=16_384, help="env steps per run (1,024 per iteration)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
-    parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
-    parser.add_argument("--bf16", action="store_true", help="also run rlfoundry with train.precision=bf16")
-    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
-    args = parser.parse_args()
-
-    names = frameworks(args.only)
-    if args.bf16 and "rlfoundry" in names:
-        names.insert(1, "rlfoundry-bf16")
-    if sb3_missing(names):
-        return 2
-    throughput(names, RUNNERS, args, "PPO Breakout (Nature CNN, 8 envs x 128 steps)")
-    return 0
+    options = parser(__doc__, 1, 16_384, "env steps per run (1,024 per iteration)")
+    options.add_argument("--bf16", action="store_true", help="also run rlfoundry with train.precision=bf16")
+    args = options.parse_args()
+    return side_by_side(args, RUNNERS, "PPO Breakout (Nature CNN, 8 envs x 128 steps)", ["rlfoundry-bf16"] if args.bf16 else [])
 
 
 if __name__ == "__main__":

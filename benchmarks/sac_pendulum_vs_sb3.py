@@ -11,13 +11,11 @@ Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 
 import torch
-from common import frameworks, sb3_missing, throughput
+from common import parser, side_by_side
 
 
 def run_rlfoundry(seed: int, steps: int, threads: int) -> dict:
@@ -44,19 +42,7 @@ RUNNERS = {"rlfoundry": run_rlfoundry, "sb3": run_sb3}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=2, help="seeds 1..N")
-    parser.add_argument("--steps", type=int, default=3_000, help="env steps per run")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
-    parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
-    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
-    args = parser.parse_args()
-
-    names = frameworks(args.only)
-    if sb3_missing(names):
-        return 2
-    throughput(names, RUNNERS, args, "SAC Pendulum-v1 (zoo settings)")
-    return 0
+    return side_by_side(parser(__doc__, 2, 3_000).parse_args(), RUNNERS, "SAC Pendulum-v1 (zoo settings)")
 
 
 if __name__ == "__main__":
