@@ -58,7 +58,6 @@ class Agent:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         raise NotImplementedError
 
-
     def forget_env_position(self) -> None:
         """After a resume whose envs could not be restored (they are reset): drop what the agent
         remembers of the envs' current step, so its first iteration starts from a reset."""
@@ -78,7 +77,7 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager:
 
 
 # ---------------------------------------------------------------- shared by the on-policy actor-critics
-# (PPO, A2C): agents with `policy` (an ActorCritic), `optimizer` (a FlatOptimizer), `collector`
+# (PPO, A2C, REINFORCE): agents with `policy` (an ActorCritic), `optimizer` (a FlatOptimizer), `collector`
 # (a RolloutCollector, or None before the first iteration) and `resume_collector`.
 
 
@@ -93,12 +92,10 @@ def rollout_collector(agent, envs) -> RolloutCollector:
     """The agent's collector, built at its first iteration; after a resume it continues from the restored envs
     (`resume_collector`) instead of resetting them."""
     if agent.collector is None:
-        sequence_length = agent.algo.num_steps
-        if getattr(agent.algo, "sequence_length", None):
-            sequence_length = agent.algo.sequence_length
-        agent.collector = RolloutCollector(envs, agent.spec, agent.algo.num_steps, agent.device, agent.cfg.train.seed,
-                                           resume=agent.resume_collector,
-                                           sequence_length=sequence_length if agent.policy.recurrent else None)
+        algo = agent.algo
+        sequence_length = (getattr(algo, "sequence_length", None) or algo.num_steps) if agent.policy.recurrent else None
+        agent.collector = RolloutCollector(envs, agent.spec, algo.num_steps, agent.device, agent.cfg.train.seed,
+                                           resume=agent.resume_collector, sequence_length=sequence_length)
     return agent.collector
 
 

@@ -111,14 +111,10 @@ class REINFORCE(Agent):
 
     def iterate(self, envs, progress: float) -> Iteration:
         algo = self.algo
-        collector = rollout_collector(self, envs)
-        # Row 0 starts an episode when the row before it (the previous rollout's last) was a reset row, or
-        # none was collected yet (the envs were just reset): the storage still holds that row's flag.
-        first_row_starts = torch.as_tensor(~collector.valid[-1], device=self.device)
         with self.autocast():
-            rollout, collected = collector.collect(self.policy)
+            rollout, collected = rollout_collector(self, envs).collect(self.policy)
         start = time.perf_counter()
-        returns, mask = monte_carlo_targets(rollout.rewards, rollout.dones, rollout.valid, first_row_starts,
+        returns, mask = monte_carlo_targets(rollout.rewards, rollout.dones, rollout.valid, rollout.starts[0],
                                             algo.gamma, algo.returns == "episode")
         used = int(mask.sum())
         lr, ent_coef = algo.lr(progress), algo.ent_coef(progress)

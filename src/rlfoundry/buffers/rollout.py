@@ -6,9 +6,10 @@ env ignores its action, and its reward is 0. Such rows are marked `valid = False
 from, but their value estimate is exactly V(final observation), which is what bootstrapping on
 truncation needs — so it comes for free from the normal forward pass.
 
-Recurrent policies also get `starts` [T, B] (true on the first row of an episode, the row after a
-reset row: memory is reset there, while the reset row itself still sees the ended episode's memory)
-and the memory at the start of each `sequence_length` chunk, from which the update replays it.
+`starts` [T, B] is true on the first row of an episode: the row after a reset row (or after the envs were
+reset). Recurrent policies reset their memory there — the reset row itself still sees the ended episode's
+memory — and also get the memory at the start of each `sequence_length` chunk, from which the update
+replays it.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Rollout:
     truncated: torch.Tensor
     valid: torch.Tensor  # False on reset rows
     last_value: torch.Tensor  # [B]: V of the observation after the last step
-    starts: torch.Tensor | None = None  # recurrent policies: [T, B], true where an episode begins
+    starts: torch.Tensor  # [T, B]: true where an episode begins
     states: list | None = None  # recurrent policies: the memory at rows 0, L, 2L, ... (L = sequence_length)
 
     @property
@@ -152,14 +153,14 @@ class RolloutCollector:
         recurrent = self.sequence_length is not None
         if recurrent and self.memory is None:
             self.memory = policy.initial_state(self.spec.num_envs)
+        self.starts[0] = ~self.valid[-1]  # row 0 starts an episode when the last rollout ended on a reset row
         starts = None
         with torch.inference_mode():
             for t in range(self.num_steps):
                 start = clock()
                 self.obs[t] = self.next_obs
-                if recurrent:  # row t starts an episode when row t - 1 (the last rollout's last, at t = 0) was a reset row
-                    self.starts[t] = ~self.valid[t - 1]
-                    starts = self._tensor(self.starts[t])
+                if recurrent:  # `starts` of row t, from row t - 1 (not yet overwritten at t = 0)
+                    starts = self._tensor(~self.valid[t - 1])
                     if t % self.sequence_length == 0:
                         states.append(self.memory)
                 self.valid[t] = ~self.prev_done
@@ -185,6 +186,7 @@ class RolloutCollector:
                 starts = self._tensor(~self.valid[-1])
             last_value = policy.value(self._tensor(np.asarray(self.next_obs, dtype=self.obs.dtype)), self.memory, starts)
             stats.time_act += clock() - start
+        self.starts[1:] = ~self.valid[:-1]
         rollout = Rollout(
             obs=self._tensor(self.obs),
             actions=torch.stack(actions),
@@ -195,9 +197,9 @@ class RolloutCollector:
             truncated=self._tensor(self.truncated),
             valid=self._tensor(self.valid),
             last_value=last_value.clone(),
+            starts=self._tensor(self.starts),
         )
         if recurrent:
-            rollout.starts = self._tensor(self.starts.copy())
             rollout.states = [tuple(tuple(t.clone() for t in core) for core in memory) for memory in states]
         return rollout, stats
 
