@@ -43,7 +43,7 @@ def test_squashed_actions_stay_in_bounds_and_log_probs_match_a_change_of_variabl
     actions, logp = actor(obs)
     assert actions.shape == (4096, 2) and bool((actions >= -2).all() and (actions <= 1).all())
     # Reference: the density of u ~ N(mean, std), then a = tanh(u)·scale + offset.
-    features = actor.core(actor.encoder(obs), None, None)[0].squeeze(0)
+    features = actor.encoder(obs).squeeze(0)
     mean, std = actor.mean(features), actor.log_std(features).clamp(-20, 2).exp()
     u = torch.atanh(((actions - actor.offset) / actor.scale).clamp(-1 + 1e-6, 1 - 1e-6))
     base = torch.distributions.Normal(mean, std).log_prob(u).sum(-1)

@@ -28,9 +28,12 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Agent, Iteration, autocast, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer, flatten_parameters
-from rlfoundry.buffers.replay import PrioritizedReplayBuffer, ReplayBuffer, collect
+from rlfoundry.buffers.replay import (
+    PrioritizedReplayBuffer, ReplayBuffer, collect, load_replay_state, replay_state, start_envs,
+)
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
+from rlfoundry.envs import frame_stack
 from rlfoundry.nets.policy import QNetwork
 from rlfoundry.run.seeding import env_seed
 
@@ -94,11 +97,10 @@ class DQN(Agent):
         self.target = copy.deepcopy(self.q)
         self.optimizer = FlatOptimizer(self.q, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
         self.target_flat = flatten_parameters(self.target).requires_grad_(False)
-        frame_stack = cfg.env.atari.frame_stack if spec.id.startswith("ALE/") else 1
         replay = PrioritizedReplayBuffer if self.algo.prioritized else ReplayBuffer
         extra = {"alpha": self.algo.per_alpha} if self.algo.prioritized else {}
         self.replay = replay(self.algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, (), np.int64,
-                             n_step=self.algo.n_step, gamma=self.algo.gamma, frame_stack=frame_stack, **extra)
+                             n_step=self.algo.n_step, gamma=self.algo.gamma, frame_stack=frame_stack(cfg.env), **extra)
         self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))  # ε-greedy draws and replay sampling
         self.obs: np.ndarray | None = None
         self.env_steps = 0
@@ -118,15 +120,13 @@ class DQN(Agent):
     def iterate(self, envs, progress: float) -> Iteration:
         algo, num_envs = self.algo, self.spec.num_envs
         if self.obs is None:
-            self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
-            self.replay.restart(self.obs)  # after a resume that reset the envs: no transition spans the gap
+            self.obs = start_envs(envs, self.replay, self.cfg.train.seed)
         epsilon = self._epsilon(progress)
 
-        def choose(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # ε-greedy
+        def choose(obs: np.ndarray) -> np.ndarray:  # ε-greedy
             actions = self._greedy(obs)
             explore = self.rng.random(num_envs) < epsilon
-            actions = np.where(explore, self.rng.integers(self.spec.action_space.n, size=num_envs), actions)
-            return actions, actions
+            return np.where(explore, self.rng.integers(self.spec.action_space.n, size=num_envs), actions)
 
         collected = collect(envs, self.replay, self.obs, choose, algo.train_freq)
         self.obs = collected.obs
@@ -182,24 +182,18 @@ class DQN(Agent):
         return np.where(explore, self.rng.integers(self.spec.action_space.n, size=len(actions)), actions)
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
+        return {
             "q": self.q.state_dict(), "target": self.target.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "replay": self.replay.state_dict(),  # numpy arrays: they go to the checkpoint's .npz
+            "replay": replay_state(self.replay, self.obs),  # numpy arrays: they go to the checkpoint's .npz
             "counters": {"env_steps": self.env_steps, "next_target_update": self.next_target_update,
                          "rng": self.rng.bit_generator.state},
         }
-        if self.obs is not None:
-            state["replay"] = {**state["replay"], "current_obs": np.ascontiguousarray(self.obs)}
-        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.q.load_state_dict(state["q"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
-        replay = dict(state["replay"])
-        current = replay.pop("current_obs", None)
-        self.replay.load_state_dict(replay)
-        self.obs = None if current is None else np.array(current)
+        self.obs = load_replay_state(self.replay, state["replay"])
         counters = state["counters"]
         self.env_steps, self.next_target_update = counters["env_steps"], counters["next_target_update"]
         self.rng.bit_generator.state = counters["rng"]

@@ -40,9 +40,10 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Agent, Iteration, autocast, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer, flatten_parameters
-from rlfoundry.buffers.replay import Collected, ReplayBuffer, collect
+from rlfoundry.buffers.replay import Collected, ReplayBuffer, collect, load_replay_state, replay_state, start_envs
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
+from rlfoundry.envs import frame_stack
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import (
     CategoricalActor,
@@ -179,9 +180,8 @@ class SAC(Agent):
             auto_entropy = -float(spec.action_space.shape[0])
             action_shape, action_dtype = spec.action_space.shape, np.float32
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
-        frame_stack = cfg.env.atari.frame_stack if spec.id.startswith("ALE/") else 1
         self.replay = ReplayBuffer(algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
-                                   action_dtype, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack)
+                                   action_dtype, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack(cfg.env))
         self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
         self.obs: np.ndarray | None = None
         self.env_steps = 0
@@ -204,18 +204,14 @@ class SAC(Agent):
             return self._iterate_async()
         algo, num_envs, space = self.algo, self.spec.num_envs, self.spec.action_space
         if self.obs is None:
-            self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
-            self.replay.restart(self.obs)  # after a resume that reset the envs: no transition spans the gap
+            self.obs = start_envs(envs, self.replay, self.cfg.train.seed)
 
-        def choose(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            if self.env_steps < algo.learning_starts:  # uniform exploration first, as SB3
-                if self.spec.discrete:
-                    actions = self.rng.integers(space.n, size=num_envs)
-                else:
-                    actions = self.rng.uniform(space.low, space.high, size=(num_envs, *space.shape)).astype(np.float32)
-            else:
-                actions = self._act(obs, deterministic=False)
-            return actions, actions
+        def choose(obs: np.ndarray) -> np.ndarray:
+            if self.env_steps >= algo.learning_starts:
+                return self._act(obs, deterministic=False)
+            if self.spec.discrete:  # uniform exploration first, as SB3
+                return self.rng.integers(space.n, size=num_envs)
+            return self.rng.uniform(space.low, space.high, size=(num_envs, *space.shape)).astype(np.float32)
 
         collected = collect(envs, self.replay, self.obs, choose, algo.train_freq)
         self.obs = collected.obs
@@ -321,15 +317,12 @@ class SAC(Agent):
             self.pool = None
 
     def state_dict(self) -> dict[str, Any]:
-        replay = self.replay.state_dict()
-        if self.obs is not None:
-            replay = {**replay, "current_obs": np.ascontiguousarray(self.obs)}
         return {
             "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(), "log_alpha": {"value": self.log_alpha.detach()},
             "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
             "alpha_opt": None if self.alpha_opt is None else self.alpha_opt.state_dict(),
-            "replay": replay,  # numpy arrays: they go to the checkpoint's .npz
+            "replay": replay_state(self.replay, self.obs),  # numpy arrays: they go to the checkpoint's .npz
             "counters": {"env_steps": self.env_steps, "rng": self.rng.bit_generator.state},
         }
 
@@ -343,9 +336,6 @@ class SAC(Agent):
         self.critic_opt.load_state_dict(state["critic_opt"])
         if self.alpha_opt is not None:
             self.alpha_opt.load_state_dict(state["alpha_opt"])
-        replay = dict(state["replay"])
-        current = replay.pop("current_obs", None)
-        self.replay.load_state_dict(replay)
-        self.obs = None if current is None else np.array(current)
+        self.obs = load_replay_state(self.replay, state["replay"])
         self.env_steps = state["counters"]["env_steps"]
         self.rng.bit_generator.state = state["counters"]["rng"]

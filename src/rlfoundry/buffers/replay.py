@@ -44,6 +44,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rlfoundry.run.seeding import env_seed
+
 PADDING = ("zero", "first")
 
 
@@ -440,17 +442,39 @@ class Collected(NamedTuple):
     time_act: float
 
 
+def start_envs(envs, replay: ReplayBuffer, seed: int) -> np.ndarray:
+    """The first observation of off-policy collection: the envs reset, and the replay told, so that no stored
+    transition spans the reset (after a resume whose envs could not be restored)."""
+    obs, _ = envs.reset(seed=env_seed(seed))
+    replay.restart(obs)
+    return obs
+
+
+def replay_state(replay: ReplayBuffer, obs: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The replay's arrays plus the observation the next step starts from (none before the first step)."""
+    state = replay.state_dict()
+    return state if obs is None else {**state, "current_obs": np.ascontiguousarray(obs)}
+
+
+def load_replay_state(replay: ReplayBuffer, state: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Restore what `replay_state` saved; returns the observation the next step starts from, or None."""
+    state = dict(state)
+    current = state.pop("current_obs", None)
+    replay.load_state_dict(state)
+    return None if current is None else np.array(current)
+
+
 def collect(envs, replay: ReplayBuffer, obs: np.ndarray, choose_actions, steps: int) -> Collected:
-    """Step a NEXT_STEP vector env `steps` times from `obs`, with `choose_actions(obs) -> (agent actions,
-    env actions)`, storing every transition (the agent's actions) in `replay`; off-policy collection."""
+    """Step a NEXT_STEP vector env `steps` times from `obs` with the actions `choose_actions(obs)`, storing every
+    transition in `replay`; off-policy collection."""
     returns: list[float] = []
     lengths: list[int] = []
     time_env = time_act = 0.0
     for _ in range(steps):
         tick = time.perf_counter()
-        actions, env_actions = choose_actions(obs)
+        actions = choose_actions(obs)
         middle = time.perf_counter()
-        next_obs, rewards, terminated, truncated, info = envs.step(env_actions)
+        next_obs, rewards, terminated, truncated, info = envs.step(actions)
         time_act += middle - tick
         time_env += time.perf_counter() - middle
         replay.add(obs, actions, rewards, terminated, truncated, next_obs)

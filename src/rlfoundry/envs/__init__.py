@@ -72,6 +72,11 @@ def is_minigrid(env_id: str) -> bool:
     return spec is not None and isinstance(spec.entry_point, str) and spec.entry_point.startswith("minigrid.")
 
 
+def frame_stack(env_cfg) -> int:
+    """Frames the env itself stacks into one observation (Atari), which replay stores once each; else 1."""
+    return env_cfg.atari.frame_stack if atari.is_atari(env_cfg.id) else 1
+
+
 def is_image_space(space: spaces.Space) -> bool:
     """uint8 [C, H, W] images: they stay uint8 until the network's encoder scales them."""
     return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3

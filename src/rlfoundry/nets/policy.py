@@ -101,19 +101,18 @@ def build_actor_critic(spec: EnvSpec, net_cfg) -> ActorCritic:
 
 
 class QNetwork(nn.Module):
-    """encoder → core → Q-values [N, A]; with `dueling`, Q = V + (A − mean A) from two linear streams
-    (Wang et al. 2016, arXiv:1511.06581)."""
+    """encoder → Q-values [N, A] (feed-forward: DQN takes no memory core); with `dueling`, Q = V + (A − mean A)
+    from two linear streams (Wang et al. 2016, arXiv:1511.06581)."""
 
     def __init__(self, spec: EnvSpec, net_cfg, dueling: bool):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        self.core = CORES[net_cfg.core](self.encoder.out_features)
-        width, num_actions = self.core.out_features, int(spec.action_space.n)
+        width, num_actions = self.encoder.out_features, int(spec.action_space.n)
         self.advantage = nn.Linear(width, num_actions)
         self.value = nn.Linear(width, 1) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features = self.core(self.encoder(obs), None, None)[0].squeeze(0)  # the encoder's [1, N, H] as T = 1
+        features = self.encoder(obs).squeeze(0)  # the encoder's one group [1, N, H]
         q = self.advantage(features).float()
         if self.value is not None:
             q = self.value(features).float() + q - q.mean(-1, keepdim=True)
@@ -124,23 +123,22 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SB3's bounds for the state-dependent lo
 
 
 class SquashedGaussianActor(nn.Module):
-    """encoder → core → (mean, log std) → a = tanh(u), u ~ N(mean, std), scaled to the action bounds
-    (Haarnoja et al. 2018, appendix C: the log-probability carries the tanh change of variables)."""
+    """encoder → (mean, log std) → a = tanh(u), u ~ N(mean, std), scaled to the action bounds (Haarnoja et al.
+    2018, appendix C: the log-probability carries the tanh change of variables). Feed-forward, as TwinQ."""
 
     def __init__(self, spec: EnvSpec, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        self.core = CORES[net_cfg.core](self.encoder.out_features)
         action_dim = int(spec.action_space.shape[0])
-        self.mean = nn.Linear(self.core.out_features, action_dim)
-        self.log_std = nn.Linear(self.core.out_features, action_dim)
+        self.mean = nn.Linear(self.encoder.out_features, action_dim)
+        self.log_std = nn.Linear(self.encoder.out_features, action_dim)
         low, high = torch.as_tensor(spec.action_space.low), torch.as_tensor(spec.action_space.high)
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("offset", (high + low) / 2)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(actions in the env's bounds [N, A], their log-probabilities [N])."""
-        features = self.core(self.encoder(obs), None, None)[0].squeeze(0)
+        features = self.encoder(obs).squeeze(0)
         mean = self.mean(features).float()
         log_std = self.log_std(features).float().clamp(LOG_STD_MIN, LOG_STD_MAX)
         u = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
@@ -150,6 +148,14 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(u) * self.scale + self.offset, logp - torch.log(self.scale).sum()
 
 
+def twin_linear(width: int, outputs: int) -> tuple[nn.Parameter, nn.Parameter]:
+    """The twin critics' output layers as one batched linear layer (weight [2, width, outputs], bias [2, 1, outputs]),
+    each with nn.Linear's default init."""
+    bound = 1 / math.sqrt(width)
+    weight = nn.Parameter(torch.empty(2, width, outputs).uniform_(-bound, bound))
+    return weight, nn.Parameter(torch.empty(2, 1, outputs).uniform_(-bound, bound))
+
+
 class TwinQ(nn.Module):
     """Two Q(s, a) networks over [obs, action], evaluated as one stacked MLP (the encoder's groups): [2, N]."""
 
@@ -157,10 +163,7 @@ class TwinQ(nn.Module):
         super().__init__()
         in_features = math.prod(spec.obs_shape) + int(spec.action_space.shape[0])
         self.encoder = ENCODERS["mlp"]((in_features,), net_cfg, 2)
-        width = self.encoder.out_features
-        bound = 1 / math.sqrt(width)  # nn.Linear's default init, per critic
-        self.weight = nn.Parameter(torch.empty(2, width, 1).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(2, 1, 1).uniform_(-bound, bound))
+        self.weight, self.bias = twin_linear(self.encoder.out_features, 1)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         h = self.encoder(torch.cat([obs.flatten(1).float(), actions.float()], -1))  # [2, N, H]
@@ -188,10 +191,7 @@ class TwinQDiscrete(nn.Module):
     def __init__(self, spec: EnvSpec, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 2)
-        width, num_actions = self.encoder.out_features, int(spec.action_space.n)
-        bound = 1 / math.sqrt(width)  # nn.Linear's default init, per critic
-        self.weight = nn.Parameter(torch.empty(2, width, num_actions).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(2, 1, num_actions).uniform_(-bound, bound))
+        self.weight, self.bias = twin_linear(self.encoder.out_features, int(spec.action_space.n))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.baddbmm(self.bias, self.encoder(obs).float(), self.weight)  # [2, N, A]
