@@ -67,10 +67,13 @@ def agent_for(core: str, sequence_length: int):
 @pytest.mark.parametrize("core", CORES)
 def test_replayed_sequences_reproduce_the_collected_logprobs_and_values(core):
     agent, envs = agent_for(core, sequence_length=8)
+    reset_at_chunk_start = 0  # chunks whose stored memory is not zero but whose first row starts an episode
     try:
-        for rollout_index in range(2):  # the second rollout starts from memory carried over from the first
+        for rollout_index in range(4):  # later rollouts start from memory carried over from the one before
             rollout, _ = rollout_collector(agent, envs).collect(agent.policy)
             assert bool(rollout.starts[1:].any()), "the check needs episode starts inside the rollout"
+            stored = memory_columns(rollout.states)[0][0].transpose(0, 1).flatten(1).ne(0).any(1)
+            reset_at_chunk_start += int((stored & to_sequences(rollout.starts, 8)[0]).sum())
             epoch = minibatches(rollout, (rollout.logprobs, rollout.values), rollout.valid, agent.policy,
                                 minibatch_rows=32, sequence_length=8)
             checked = 0
@@ -82,6 +85,7 @@ def test_replayed_sequences_reproduce_the_collected_logprobs_and_values(core):
                 torch.testing.assert_close(values, collected_values, atol=1e-5, rtol=1e-5)
                 checked += len(logprobs)
             assert checked == int(rollout.valid.sum()), rollout_index
+        assert reset_at_chunk_start > 0, "the check needs a stored memory that the update must not use"
     finally:
         envs.close()
 

@@ -159,8 +159,8 @@ class RolloutCollector:
             for t in range(self.num_steps):
                 start = clock()
                 self.obs[t] = self.next_obs
-                if recurrent:  # `starts` of row t, from row t - 1 (not yet overwritten at t = 0)
-                    starts = self._tensor(~self.valid[t - 1])
+                if recurrent:  # `starts` of row t, from row t - 1 (not yet overwritten at t = 0); None: none
+                    starts = None if self.valid[t - 1].all() else self._tensor(~self.valid[t - 1])
                     if t % self.sequence_length == 0:
                         states.append(self.memory)
                 self.valid[t] = ~self.prev_done
@@ -246,14 +246,14 @@ def split_at_episode_starts(starts: torch.Tensor) -> EpisodePieces:
 
 class Minibatch(NamedTuple):
     """Rows for one gradient step. Feed-forward: the learned rows, flat [N]. Recurrent: `steps` × M whole
-    sequences of observations flattened time-major, replayed from `state` with `starts`; `learned` [steps·M]
-    picks the rows the loss uses, and `actions` and `targets` hold those rows only."""
+    sequences of observations flattened time-major, replayed from `state` (no episode starts inside them: a
+    sequence that begins an episode starts from zero memory); `learned` [K] indexes the rows the loss uses,
+    and `actions` and `targets` hold those rows only."""
 
     obs: torch.Tensor
     actions: torch.Tensor
     targets: tuple[torch.Tensor, ...]  # per-row quantities of the algorithm's loss, in the order given
     state: tuple | None = None
-    starts: torch.Tensor | None = None
     steps: int = 1
     learned: torch.Tensor | None = None
 
@@ -293,20 +293,21 @@ def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: to
         return out
 
     obs, actions, *values, learned_rows, _ = (relayout(x) for x in chunks)
-    starts = torch.zeros(pieces.length, pieces.count, dtype=torch.bool, device=obs.device)
-    starts[0] = True
-    starts[0, pieces.first] = chunks[-1][0]
+    # Every sequence starts from zero memory (a fresh episode, as the cores define it) except a chunk's first
+    # piece, which continues its stored memory unless the chunk's first row starts an episode. The cores then
+    # need no episode starts at all: cheaper than a reset mask per step.
     memory = policy.initial_state(pieces.count)
+    continues = ~chunks[-1][0]
     for core, stored in zip(memory, memory_columns(rollout.states)):
         for tensor, columns in zip(core, stored):
-            tensor[:, pieces.first] = columns
+            tensor[:, pieces.first] = columns * continues.view(1, -1, *[1] * (columns.dim() - 2))
     count = min(count, pieces.count)
 
     def sequence_batch(mb) -> Minibatch:
-        rows = learned_rows[:, mb].flatten()
+        rows = learned_rows[:, mb].flatten().nonzero().squeeze(-1)
         return Minibatch(obs[:, mb].flatten(0, 1), actions[:, mb].flatten(0, 1)[rows],
                          tuple(x[:, mb].flatten()[rows] for x in values),
-                         state=tuple(tuple(t[:, mb] for t in core) for core in memory), starts=starts[:, mb],
+                         state=tuple(tuple(t[:, mb] for t in core) for core in memory),
                          steps=pieces.length, learned=rows)
 
     whole = sequence_batch(slice(None)) if count == 1 else None  # one minibatch: the same every epoch
@@ -323,7 +324,7 @@ def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: to
 
 def evaluate_minibatch(policy, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(log-probabilities, entropies, values) of the minibatch's learned rows, with gradients."""
-    return policy.evaluate(mb.obs, mb.actions, mb.state, mb.starts, mb.steps, mb.learned)
+    return policy.evaluate(mb.obs, mb.actions, mb.state, None, mb.steps, mb.learned)
 
 
 def _unflatten_memory(resume: dict[str, np.ndarray], device: torch.device) -> tuple | None:

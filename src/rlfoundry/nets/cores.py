@@ -79,7 +79,9 @@ class LSTMCore(nn.Module):
     """torch.nn.LSTM (cuDNN on GPU), state zeroed at episode starts.
 
     The sequence is cut at every step where some env starts an episode; each piece is one native call
-    after multiplying the state by (1 - start). With no starts after t = 0 that is a single call.
+    after multiplying the state by (1 - start). With no starts after t = 0 that is a single call, and with
+    none at all (training replays sequences that never reset inside, `buffers.rollout.minibatches`) it
+    skips the reset arithmetic too.
     """
 
     rnn_type: type[nn.RNNBase] = nn.LSTM
@@ -99,36 +101,28 @@ class LSTMCore(nn.Module):
         return rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
 
     def forward(self, x, state, episode_starts):
-        keep = 1 - _starts(episode_starts, x)
         if len(x) == 1 and self.rnn.num_layers == 1:  # acting: one step through the cell op (no sequence set-up)
-            state = tuple(s[0] * keep[0, :, None] for s in state)
+            state = tuple(s[0] for s in state)
+            if episode_starts is not None:
+                keep = 1 - _starts(episode_starts, x)[0, :, None]
+                state = tuple(s * keep for s in state)
             if isinstance(self.rnn, nn.LSTM):
-                step = torch.lstm_cell if torch.is_grad_enabled() else _lstm_step
-                state = step(x[0], state, *self._cell_weights())
+                state = torch.lstm_cell(x[0], state, *self._cell_weights())
             else:
                 state = (torch.gru_cell(x[0], state[0], *self._cell_weights()),)
             return state[0].unsqueeze(0), tuple(s.unsqueeze(0) for s in state)
-        inner = keep[1:].lt(1).any(1)
-        cuts = [0, *(inner.nonzero().flatten() + 1).tolist(), len(x)] if bool(inner.any()) else [0, len(x)]
+        cuts, keep = [0, len(x)], None  # no starts (sequences replayed in training): one native call
+        if episode_starts is not None:
+            keep = 1 - _starts(episode_starts, x)
+            cuts[1:1] = (keep[1:].lt(1).any(1).nonzero().flatten() + 1).tolist()
         ys = []
         for t0, t1 in itertools.pairwise(cuts):
-            state = tuple(s * keep[t0, :, None] for s in state)
+            if keep is not None:
+                state = tuple(s * keep[t0, :, None] for s in state)
             y, state = self.rnn(x[t0:t1], state if len(state) == 2 else state[0])
             state = state if isinstance(state, tuple) else (state,)
             ys.append(y)
         return ys[0] if len(ys) == 1 else torch.cat(ys), state
-
-
-def _lstm_step(x, state, w_ih, w_hh, b_ih, b_hh) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch.lstm_cell without gradients, in about half its time on a CPU: the four gates go through one
-    in-place sigmoid, tanh(g) taken as 2·sigmoid(2g) − 1."""
-    h, c = state
-    gates = torch.addmm(b_ih, x, w_ih.t()).addmm_(h, w_hh.t()).add_(b_hh)
-    hidden = h.shape[-1]
-    gates[:, 2 * hidden : 3 * hidden].mul_(2)
-    i, f, g, o = gates.sigmoid_().chunk(4, 1)
-    c = torch.addcmul(f * c, i, g.mul(2).sub_(1))
-    return o * torch.tanh(c), c
 
 
 class GRUCore(LSTMCore):

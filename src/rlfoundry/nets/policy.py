@@ -85,13 +85,13 @@ class ActorCritic(nn.Module):
                  starts: torch.Tensor | None = None, steps: int = 1,
                  rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-probabilities of `actions`, entropies, values) with gradients, for the update; a recurrent policy
-        replays whole sequences [T·B] from the memory they started with, and `rows` (a mask over them) picks
+        replays whole sequences [T·B] from the memory they started with, and `rows` (indices into them) picks
         the rows that `actions` belong to and the results are for."""
         actor, critic, _ = self._features(obs, state, starts, steps)
         if rows is not None:
             shared = critic is actor
-            actor = actor[rows]
-            critic = actor if shared else critic[rows]
+            actor = actor.index_select(0, rows)
+            critic = actor if shared else critic.index_select(0, rows)
         dist = self.pi(actor)
         return self.pi.log_prob(dist, actions), self.pi.entropy(dist), self.v(critic)
 
