@@ -4,6 +4,7 @@ Tolerances: float32 outputs and states agree to atol 1e-5, float64 to atol 1e-10
 are reassociation only: scans, chunking, attention over different key sets with -inf masks).
 """
 
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -216,3 +217,63 @@ def test_kernel_path_wiring_matches_pure_path(name, monkeypatch):
         y, new_state = core(x[4:], state, starts[4:])
     torch.testing.assert_close(y, expected)
     assert_same_state(new_state, expected_state, 1e-10)
+
+
+def gru_sequence_inputs(dtype, steps=6, envs=3, features=4, hidden=5):
+    """x [T, B, D] and h0 [B, H] requiring gradients, an nn.GRU layer and its parameters in _GRUSequence's order."""
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(features, hidden).to(dtype)
+    x = torch.randn(steps, envs, features, dtype=dtype, requires_grad=True)
+    h0 = torch.randn(envs, hidden, dtype=dtype, requires_grad=True)
+    return x, h0, gru, [gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0]
+
+
+@pytest.mark.parametrize("with_starts", [False, True])
+def test_gru_sequence_op_gradcheck(with_starts):
+    x, h0, _, weights = gru_sequence_inputs(torch.float64)
+    keep = None
+    if with_starts:
+        keep = torch.ones(len(x), x.shape[1], dtype=torch.float64)
+        keep[[0, 2, 4], [1, 0, 2]] = 0
+    assert torch.autograd.gradcheck(lambda *args: cores._GRUSequence.apply(*args, keep), (x, h0, *weights))
+    # without the gradient of h0 (the backward loop stops one step earlier)
+    assert torch.autograd.gradcheck(lambda x, *w: cores._GRUSequence.apply(x, h0.detach(), *w, keep), (x, *weights))
+
+
+@pytest.mark.parametrize("with_starts", [False, True])
+def test_gru_sequence_op_equals_nn_gru(with_starts):
+    """Outputs, final state and the gradients of x, h0 and the four parameters, against nn.GRU (cut at starts)."""
+    x, h0, gru, params = gru_sequence_inputs(torch.float32, steps=9)
+    starts = torch.zeros(len(x), x.shape[1], dtype=torch.bool)
+    if with_starts:
+        starts[[0, 3, 3, 6], [1, 0, 2, 0]] = True
+    weights = torch.randn(len(x), *h0.shape)
+
+    def outputs_and_gradients(y, state):
+        loss = (y * weights).sum() + state.square().sum()
+        return (y, state, *torch.autograd.grad(loss, [x, h0, *params]))
+
+    y = cores._GRUSequence.apply(x, h0, *params, (~starts).float() if with_starts else None)
+    mine = outputs_and_gradients(y, y[-1])
+    state, ys = h0[None], []
+    for t0, t1 in itertools.pairwise([0, 3, 6, 9] if with_starts else [0, 9]):
+        y, state = gru(x[t0:t1], state * (~starts[t0, :, None]))
+        ys.append(y)
+    expected = outputs_and_gradients(torch.cat(ys), state[0])
+    for a, b in zip(mine, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_gru_core_trains_through_the_sequence_op_on_cpu(monkeypatch):
+    """GRUCore replays multi-step sequences with gradients through _GRUSequence, otherwise through nn.GRU."""
+    calls = []
+    apply = cores._GRUSequence.apply
+    monkeypatch.setattr(cores._GRUSequence, "apply", lambda *args: calls.append(1) or apply(*args))
+    torch.manual_seed(0)
+    core, x = CORES["gru"](D, small_cfg(core_layers=1)), inputs()
+    core(x, core.initial_state(B), None)
+    assert len(calls) == 1
+    with torch.no_grad():
+        core(x, core.initial_state(B), None)
+    core(x[:1], core.initial_state(B), None)
+    assert len(calls) == 1
