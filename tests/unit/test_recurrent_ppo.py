@@ -22,6 +22,7 @@ from rlfoundry.buffers.rollout import (
 )
 from rlfoundry.config.load import load_config
 from rlfoundry.envs import make
+from rlfoundry.run import checkpoint
 from rlfoundry.run.evaluate import evaluate
 
 CORES = ["lstm", "gru", "trxl", "gtrxl", "mamba", "mamba2"]
@@ -51,6 +52,18 @@ def test_a2c_and_reinforce_train_with_a_memory_core(tmp_path, quiet, spec):
                                         "algo.num_steps=40", "train.total_timesteps=400", "eval.episodes=2"],
                                  tmp_path / "run")
     assert summary["status"] == "finished" and summary["total_steps"] == 400
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_every_core_trains_in_bf16_and_keeps_float32_memory(tmp_path, quiet, core):
+    run, summary = rlfoundry.train("CartPole-v1:ppo-masked", [
+        *quiet, f"network.core={core}", "network.core_hidden=16", "network.num_heads=2", "network.mamba2_head_dim=8",
+        "train.precision=bf16", "env.num_envs=2", "algo.num_steps=32", "algo.minibatch_size=32",
+        "algo.update_epochs=2", "train.total_timesteps=128", "eval.episodes=1"], tmp_path / "run")
+    assert summary["status"] == "finished" and summary["total_steps"] == 128
+    saved = checkpoint.load(checkpoint.resolve(run, "last")).weights
+    memory = [tensor for key, tensor in saved.items() if key.startswith("collector.memory.")]
+    assert memory and all(tensor.dtype == torch.float32 for tensor in memory)
 
 
 def agent_for(core: str, sequence_length: int):

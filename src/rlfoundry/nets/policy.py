@@ -62,7 +62,10 @@ class ActorCritic(nn.Module):
             starts = starts.view(steps, -1)
         outputs = [core(x, s, starts) for core, x, s in zip(self.cores, encoded, state)]
         features = [y.flatten(0, 1) for y, _ in outputs]
-        return features[0], features[-1], tuple(new for _, new in outputs)
+        memory = tuple(new for _, new in outputs)
+        if torch.is_autocast_enabled(obs.device.type):  # bf16: the memory stays float32, as checkpoints hold it
+            memory = tuple(tuple(t.float() for t in core) for core in memory)
+        return features[0], features[-1], memory
 
     def act(self, obs: torch.Tensor, state: State | None = None,
             starts: torch.Tensor | None = None) -> tuple[PolicyOutput, State | None]:
