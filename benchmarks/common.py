@@ -1,10 +1,11 @@
-"""Pieces the side-by-side benchmarks share."""
+"""Pieces the benchmarks share."""
 
 from __future__ import annotations
 
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 
@@ -75,3 +76,16 @@ def side_by_side(args, runners: dict, title: str, extra: list[str] | None = None
         return 2
     throughput(names, runners, args, title)
     return 0
+
+
+def per_call_ms(step, calls: int, repeats: int) -> float:
+    """Median over `repeats` timings of `calls` calls of `step()` (after 10 warm-up calls), in ms per call."""
+    for _ in range(10):
+        step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            step()
+        times.append((time.perf_counter() - start) / calls * 1e3)
+    return statistics.median(times)

@@ -10,25 +10,12 @@ parameters. Reports the median of --repeats timings of --calls calls each, in ms
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from common import per_call_ms
 from torch import nn
 
 from rlfoundry.nets.cores import _GRUSequence
-
-
-def per_call_ms(step, calls: int, repeats: int) -> float:
-    for _ in range(10):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            step()
-        times.append((time.perf_counter() - start) / calls * 1e3)
-    return statistics.median(times)
 
 
 def main() -> None:

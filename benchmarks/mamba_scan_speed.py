@@ -13,10 +13,9 @@ per call; the op's first calls fill its buffer pool, as the first updates of a r
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from common import per_call_ms
 
 from rlfoundry.nets.cores import _SelectiveScan
 
@@ -31,18 +30,6 @@ def autograd_loop(dt, A, u, B, C, h0, starts):
         h = torch.baddbmm(torch.exp(dt_t[:, :, None] * A) * h, u_t[:, :, None], b_t[:, None, :])
         ys.append(torch.bmm(h, c_t[:, :, None]))
     return torch.stack(ys).squeeze(-1), h
-
-
-def per_call_ms(step, calls: int, repeats: int) -> float:
-    for _ in range(10):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            step()
-        times.append((time.perf_counter() - start) / calls * 1e3)
-    return statistics.median(times)
 
 
 def scan_inputs(steps: int, batch: int, inner: int, state: int, generator: torch.Generator):

@@ -5,7 +5,7 @@ alternating between rounds, so a drift of the machine favours none) with `rlfoun
 no evaluation, one torch thread. Reports the median steps/s per core and its ratio to feed-forward.
 The issue's bar: LSTM PPO keeps at least half the steps/s of feed-forward PPO.
 
-    python benchmarks/memory_cores_speed.py                       # CartPole-v1:ppo-masked, 3 rounds
+    python benchmarks/memory_cores_speed.py                       # CartPole-v1:ppo-masked, 5 rounds
     python benchmarks/memory_cores_speed.py --cores lstm,gru --rounds 5 --steps 30000
 """
 
@@ -23,7 +23,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", default="CartPole-v1:ppo-masked")
     parser.add_argument("--cores", default="lstm,gru,trxl,gtrxl,mamba,mamba2")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     args = parser.parse_args()
