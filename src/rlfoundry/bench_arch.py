@@ -1,7 +1,7 @@
 """The architecture benchmark behind `rlfoundry bench arch`: the same PPO with each memory core on one task.
 
 Every (core, seed) pair trains in a fresh process, one at a time, so peak memory is that run's own and runs do
-not compete for cores. Each run is an ordinary run directory under `<out>/runs` (registered, resumable,
+not compete for cores; seed by seed, all cores in turn, so that a drift of the machine's speed favours none. Each run is an ordinary run directory under `<out>/runs` (registered, resumable,
 reported); the benchmark then reads back what it needs:
 
 - final return: the evaluation at the end of training (mean over seeds ± std over seeds);
@@ -97,9 +97,11 @@ def run_arch(spec: str, cores: list[str], seeds: int, steps: int, out: Path, ove
         load_config(spec, [*(overrides or []), f"network.core={CORE_NAMES[core]}"])
     out.mkdir(parents=True, exist_ok=True)
     context = multiprocessing.get_context("spawn")
-    results: dict[str, list[dict[str, Any]]] = {}
-    for core in cores:
-        for seed in range(1, seeds + 1):
+    results: dict[str, list[dict[str, Any]]] = {core: [] for core in cores}
+    # Seed by seed, every core in turn (reversed on even seeds): a slow drift of a shared machine then weighs on
+    # every core alike instead of on the cores that happen to run last.
+    for seed in range(1, seeds + 1):
+        for core in cores if seed % 2 else cores[::-1]:
             run_dir = out / "runs" / f"{core}_s{seed}"
             result_path = out / "runs" / f"{core}_s{seed}.json"
             run_overrides = [*(overrides or []), f"network.core={CORE_NAMES[core]}", f"train.seed={seed}",
@@ -113,7 +115,7 @@ def run_arch(spec: str, cores: list[str], seeds: int, steps: int, out: Path, ove
                 raise RuntimeError(f"{core} seed {seed} failed (exit {process.exitcode}); see {run_dir / 'run.log'}")
             result = json.loads(result_path.read_text())
             result["run_dir"] = str(run_dir)
-            results.setdefault(core, []).append(result)
+            results[core].append(result)
             log(f"{core} seed {seed}: return {result['summary']['eval_return_mean']:.1f}, "
                 f"{result['sps']:.0f} steps/s")
     rows = [_row(core, runs) for core, runs in results.items()]
