@@ -558,6 +558,14 @@ def _kernel_ok(kernel, x: torch.Tensor, starts: torch.Tensor) -> bool:
     return kernel is not None and x.is_cuda and len(x) > 1 and not bool(starts[1:].any())
 
 
+class _RMSNorm(nn.RMSNorm):
+    """nn.RMSNorm that normalises in its weight's dtype: under bf16 autocast its input is bf16 (from the
+    autocast matmuls), which torch's fused kernel refuses with a warning, falling back to the slow path."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.to(self.weight.dtype))
+
+
 def _dt_bias(size: int, dt_min: float = 1e-3, dt_max: float = 0.1) -> torch.Tensor:
     """Inverse softplus of dt ~ log-uniform[dt_min, dt_max], Mamba's dt initialisation."""
     dt = torch.exp(torch.rand(size) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
@@ -629,7 +637,7 @@ class _SSD(nn.Module):
         self.dt_bias = nn.Parameter(_dt_bias(heads))
         self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(1, 16)))
         self.skip = nn.Parameter(torch.ones(heads))
-        self.norm = nn.RMSNorm(inner)
+        self.norm = _RMSNorm(inner)
         self.out_proj = nn.Linear(inner, width, bias=False)
         self.conv_channels, self.state_shape = inner + 2 * n, (heads, p, n)
 
@@ -672,9 +680,9 @@ class MambaCore(nn.Module):
         width = cfg.core_hidden
         self.conv_width = cfg.mamba_conv
         self.proj = nn.Linear(in_features, width)
-        self.norms = nn.ModuleList(nn.RMSNorm(width) for _ in range(cfg.core_layers))
+        self.norms = nn.ModuleList(_RMSNorm(width) for _ in range(cfg.core_layers))
         self.mixers = nn.ModuleList(self.mixer_type(width, cfg) for _ in range(cfg.core_layers))
-        self.norm = nn.RMSNorm(width)
+        self.norm = _RMSNorm(width)
         self.out_features = width
 
     def initial_state(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
