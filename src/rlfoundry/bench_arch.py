@@ -1,8 +1,9 @@
 """The architecture benchmark behind `rlfoundry bench arch`: the same PPO with each memory core on one task.
 
 Every (core, seed) pair trains in a fresh process, one at a time, so peak memory is that run's own and runs do
-not compete for cores; seed by seed, all cores in turn, so that a drift of the machine's speed favours none. Each run is an ordinary run directory under `<out>/runs` (registered, resumable,
-reported); the benchmark then reads back what it needs:
+not compete for cores; seed by seed, all cores in turn, so that a drift of the machine's speed favours none.
+Each run is an ordinary run directory under `<out>/runs` (registered, resumable, reported); the benchmark then
+reads back what it needs:
 
 - final return: the evaluation at the end of training (mean over seeds ± std over seeds);
 - solved at: the first evaluation step at which the preset's threshold was met (median over the seeds that did);

@@ -73,7 +73,7 @@ def test_steps_and_chunks_equal_whole_sequence(name, dtype):
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("name", ["lstm", "gru"])
 def test_one_layer_acting_step_equals_whole_sequence(name, grad):
-    """One-layer LSTM/GRU act through their cell ops (LSTM: a fused-gate step without gradients)."""
+    """One-layer LSTM/GRU act through their cell ops (torch.lstm_cell, torch.gru_cell)."""
     torch.manual_seed(0)
     core, x, starts = CORES[name](D, small_cfg(core_layers=1)), inputs(), episode_starts()
     with torch.set_grad_enabled(grad):

@@ -292,7 +292,7 @@ def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: to
         out[pieces.row, pieces.column] = x
         return out
 
-    obs, actions, *values, learned_rows, _ = (relayout(x) for x in chunks)
+    obs, actions, *values, learned_rows = (relayout(x) for x in chunks[:-1])  # the starts are not replayed
     # Every sequence starts from zero memory (a fresh episode, as the cores define it) except a chunk's first
     # piece, which continues its stored memory unless the chunk's first row starts an episode. The cores then
     # need no episode starts at all: cheaper than a reset mask per step.
@@ -324,7 +324,7 @@ def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: to
 
 def evaluate_minibatch(policy, mb: Minibatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(log-probabilities, entropies, values) of the minibatch's learned rows, with gradients."""
-    return policy.evaluate(mb.obs, mb.actions, mb.state, None, mb.steps, mb.learned)
+    return policy.evaluate(mb.obs, mb.actions, mb.state, mb.steps, mb.learned)
 
 
 def _unflatten_memory(resume: dict[str, np.ndarray], device: torch.device) -> tuple | None:

@@ -84,13 +84,12 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor, state: State | None = None, starts: torch.Tensor | None = None) -> torch.Tensor:
         return self.v(self._features(obs, state, starts, 1)[1])
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, state: State | None = None,
-                 starts: torch.Tensor | None = None, steps: int = 1,
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, state: State | None = None, steps: int = 1,
                  rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log-probabilities of `actions`, entropies, values) with gradients, for the update; a recurrent policy
-        replays whole sequences [T·B] from the memory they started with, and `rows` (indices into them) picks
-        the rows that `actions` belong to and the results are for."""
-        actor, critic, _ = self._features(obs, state, starts, steps)
+        replays whole sequences [T·B] from the memory they started with (no episode starts inside them), and
+        `rows` (indices into them) picks the rows that `actions` belong to and the results are for."""
+        actor, critic, _ = self._features(obs, state, None, steps)
         if rows is not None:
             shared = critic is actor
             actor = actor.index_select(0, rows)
