@@ -20,7 +20,7 @@ from common import parser, side_by_side
 
 
 def run_rlfoundry(seed: int, steps: int, threads: int) -> dict:
-    from rlfoundry.bench import bench_train
+    from rlfoundry.bench.train import bench_train
 
     overrides = ["train.device=cpu", f"train.torch_threads={threads}", "algo.double=false"]
     result = bench_train("CartPole-v1:dqn", overrides, steps, seed)

@@ -15,8 +15,8 @@ import argparse
 import statistics
 from pathlib import Path
 
-from rlfoundry.bench import bench_train
-from rlfoundry.bench_arch import CORE_NAMES, parse_cores
+from rlfoundry.bench.train import bench_train
+from rlfoundry.bench.arch import CORE_NAMES, parse_cores
 
 
 def main() -> None:

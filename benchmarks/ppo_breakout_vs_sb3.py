@@ -28,7 +28,7 @@ N_ENVS = 8
 
 
 def run_rlfoundry(seed: int, steps: int, threads: int, precision: str = "fp32") -> dict:
-    from rlfoundry.bench import bench_train
+    from rlfoundry.bench.train import bench_train
 
     overrides = ["train.device=cpu", f"train.torch_threads={threads}", "env.atari.repeat_action_probability=0.0",
                  f"train.precision={precision}"]

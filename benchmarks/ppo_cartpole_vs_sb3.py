@@ -39,7 +39,7 @@ N_ENVS = 8
 def run_rlfoundry(seed: int, steps: int, threads: int, solve: bool, tmp: Path) -> dict:
     import rlfoundry
     from rich.console import Console
-    from rlfoundry.config.load import load_config
+    from rlfoundry.spec.load import load_config
 
     overrides = [
         f"train.seed={seed}", "train.device=cpu", f"train.torch_threads={threads}", f"train.total_timesteps={steps}",

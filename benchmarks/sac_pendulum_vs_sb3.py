@@ -19,7 +19,7 @@ from common import parser, side_by_side
 
 
 def run_rlfoundry(seed: int, steps: int, threads: int) -> dict:
-    from rlfoundry.bench import bench_train
+    from rlfoundry.bench.train import bench_train
 
     result = bench_train("Pendulum-v1:sac", ["train.device=cpu", f"train.torch_threads={threads}"], steps, seed)
     return {"steps": result["steps"], "wall": result["seconds"]}

@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 import rlfoundry
-from rlfoundry.cli_eval import evaluate_run
+from rlfoundry.cli.eval import evaluate_run
 
 TINY = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "train.total_timesteps=2048",
         "eval.every_steps=1024", "eval.episodes=2"]

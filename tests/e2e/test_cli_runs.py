@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rlfoundry
-from rlfoundry.cli_runs import runs_app
+from rlfoundry.cli.runs import runs_app
 from rlfoundry.run.registry import DB_NAME, Registry
 
 SEEDS = (1, 2, 3)

@@ -3,7 +3,7 @@
 import pytest
 
 import rlfoundry
-from rlfoundry.config.load import load_config, load_presets
+from rlfoundry.spec.load import load_config, load_presets
 
 CASES = [(env_id, variant) for env_id, preset in sorted(load_presets().items()) for variant in preset.variants]
 

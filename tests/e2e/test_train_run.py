@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import rlfoundry
-from rlfoundry.config.load import load_config
+from rlfoundry.spec.load import load_config
 from rlfoundry.run.trainer import SUMMARY_KEYS
 from tests.conftest import is_timing
 
@@ -90,7 +90,7 @@ def test_bf16_mixed_precision_trains_and_keeps_fp32_rollouts(tmp_path, quiet):
     import torch
 
     from rlfoundry.algos.ppo import PPO
-    from rlfoundry.config.load import load_config
+    from rlfoundry.spec.load import load_config
     from rlfoundry.envs import make
 
     cfg = load_config("MiniGrid-Empty-5x5-v0:ppo", [*quiet, "train.precision=bf16", "env.num_envs=2", "algo.num_steps=16",

@@ -14,7 +14,7 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.schema import AtariConfig, EnvConfig
+from rlfoundry.config.sections import AtariConfig, EnvConfig
 from rlfoundry.envs import find_wrapper, make, probe_spaces
 from rlfoundry.envs.atari import AtariEpisodes
 from rlfoundry.envs.state import capture, restore
@@ -382,7 +382,7 @@ def test_atari_section_on_another_id_is_an_error():
 
 
 def test_atari_options_load_from_overrides():
-    from rlfoundry.config.load import load_config
+    from rlfoundry.spec.load import load_config
 
     cfg = load_config("ALE/Breakout-v5:ppo", ["env.atari.frame_stack=2", "env.atari.episodic_life=false"])
     assert cfg.env.atari.frame_stack == 2 and cfg.env.atari.episodic_life is False

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rlfoundry.config.schema import EnvConfig
+from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import make
 from rlfoundry.envs.state import capture, restore
 

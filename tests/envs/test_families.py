@@ -9,7 +9,7 @@ from gymnasium import spaces
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.schema import EnvConfig
+from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import EnvSpec, copy_obs_stats, find_wrapper, make
 
 from rollouts import rollout  # tests/envs/rollouts.py

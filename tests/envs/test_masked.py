@@ -8,8 +8,8 @@ from gymnasium import spaces
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.load import load_config
-from rlfoundry.config.schema import EnvConfig
+from rlfoundry.spec.load import load_config
+from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import find_wrapper, make, probe_spaces
 from rlfoundry.envs.wrappers import MaskObservation
 

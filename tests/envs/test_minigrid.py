@@ -8,7 +8,7 @@ import pytest
 from gymnasium import spaces
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.schema import EnvConfig, MiniGridConfig
+from rlfoundry.config.sections import EnvConfig, MiniGridConfig
 from rlfoundry.envs import make, probe_spaces, register_optional_families
 
 from rollouts import rollout  # tests/envs/rollouts.py

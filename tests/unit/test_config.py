@@ -11,9 +11,9 @@ import yaml
 from pydantic import ValidationError
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.load import load_config, load_presets, validate
+from rlfoundry.spec.load import load_config, load_presets, validate
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.config.schema import ExperimentConfig
+from rlfoundry.spec.schema import ExperimentConfig
 
 PRESET_VARIANTS = [(env_id, variant) for env_id, preset in load_presets().items() for variant in preset.variants]
 
@@ -427,7 +427,7 @@ def test_a_variant_can_extend_another(tmp_path):
 @pytest.mark.parametrize("extends, problem", [("nope", "extends an unknown variant 'nope'"),
                                               ("b", "extends in a cycle")])
 def test_bad_extends_is_a_config_error(tmp_path, monkeypatch, extends, problem):
-    from rlfoundry.config import load
+    from rlfoundry.spec import load
 
     (tmp_path / "Acrobot-v1.yaml").write_text(yaml.safe_dump({
         "env": {"id": "Acrobot-v1"},

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlfoundry.algos.dqn import dqn_loss
-from rlfoundry.algos.optim import flatten_parameters
+from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.envs import EnvSpec
 from rlfoundry.nets.policy import QNetwork
 

@@ -20,7 +20,7 @@ from rlfoundry.algos.ppo import PPO
 from rlfoundry.buffers.rollout import (
     evaluate_minibatch, memory_columns, minibatches, split_at_episode_starts, to_sequences,
 )
-from rlfoundry.config.load import load_config
+from rlfoundry.spec.load import load_config
 from rlfoundry.envs import make
 from rlfoundry.run import checkpoint
 from rlfoundry.run.evaluate import evaluate

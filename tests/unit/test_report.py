@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 import rlfoundry
-from rlfoundry.cli_report import report
+from rlfoundry.cli.report import report
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.run import rundir
 from rlfoundry.run.report import DPI, FIGSIZE, read_metrics, write_report

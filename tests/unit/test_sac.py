@@ -110,7 +110,7 @@ def test_categorical_actor_and_discrete_twin_critics():
 
 def test_discrete_sac_agent_learns_one_step(tmp_path):
     from rlfoundry.algos.sac import SAC
-    from rlfoundry.config.load import load_config
+    from rlfoundry.spec.load import load_config
 
     cfg = load_config("CartPole-v1:sac", ["algo.learning_starts=0", "algo.batch_size=8", "train.device=cpu"])
     spec = EnvSpec("CartPole-v1", 1, gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2), "sync")

@@ -11,7 +11,7 @@ import pytest
 
 import rlfoundry
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.load import load_config
+from rlfoundry.spec.load import load_config
 from rlfoundry.envs import obs_stats
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.run.restore import load_for_evaluation

@@ -16,21 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-
-def flatten_parameters(module: nn.Module) -> nn.Parameter:
-    """Move all of `module`'s parameters into one contiguous buffer (each becomes a view of it) and give
-    them gradients that are views of one flat gradient buffer; returns the flat parameter."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    flat = nn.Parameter(torch.cat([p.detach().flatten() for p in params]))
-    flat.grad = torch.zeros_like(flat)
-    offset = 0
-    for p in params:
-        size = p.numel()
-        p.data = flat.data[offset : offset + size].view_as(p)
-        # With .grad already set, backward accumulates into it in place, i.e. into the flat buffer.
-        p.grad = flat.grad[offset : offset + size].view_as(p)
-        offset += size
-    return flat
+from rlfoundry.nets.flat import flatten_parameters
 
 
 class FlatOptimizer:

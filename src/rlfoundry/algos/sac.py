@@ -39,7 +39,8 @@ import torch
 from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Agent, Iteration, autocast, finish_iteration
-from rlfoundry.algos.optim import FlatOptimizer, flatten_parameters
+from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.buffers.replay import Collected, ReplayBuffer, collect, load_replay_state, replay_state, start_envs
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
@@ -51,7 +52,7 @@ from rlfoundry.nets.policy import (
     TwinQ,
     TwinQDiscrete,
 )
-from rlfoundry.run.seeding import env_seed
+from rlfoundry.envs import env_seed
 
 
 class SACConfig(StrictModel):

@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rlfoundry.run.seeding import env_seed
+from rlfoundry.envs import env_seed
 
 PADDING = ("zero", "first")
 

@@ -23,7 +23,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlfoundry.envs import EnvSpec
-from rlfoundry.run.seeding import env_seed
+from rlfoundry.envs import env_seed
 
 
 def discounted_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:

@@ -66,6 +66,26 @@ def register_optional_families() -> None:
             pass
 
 
+def env_seed(seed: int) -> int:
+    """The seed a vector env is reset with; sub-env i then gets env_seed + i (Gymnasium's convention,
+    also ale_py's). Hashing the run seed first keeps runs apart: with the run seed used directly, seeds
+    1 and 2 of an 8-env run would share 7 of their 8 env streams."""
+    return int(np.random.SeedSequence(seed).generate_state(1)[0] >> 1)  # < 2**31: every env family takes it
+
+
+def check_renders(env_id: str) -> None:
+    """Raise ConfigError unless `env_id` can render rgb_array frames (checked before any env is built)."""
+    register_optional_families()
+    spec = gym.spec(env_id)
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        creator = gym.envs.registration.load_env_creator(creator)
+    modes = getattr(creator, "metadata", {}).get("render_modes")
+    if modes is not None and "rgb_array" not in modes:
+        raise ConfigError(f"env.id = '{env_id}': cannot record a video: the env renders {list(modes) or 'nothing'}, "
+                          "not 'rgb_array'")
+
+
 def is_minigrid(env_id: str) -> bool:
     """MiniGrid and BabyAI ids (registered by the minigrid package)."""
     spec = gym.registry.get(env_id)

@@ -48,6 +48,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrap
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.sections import AtariConfig
 
 VECTOR_ENTRY_POINT = "ale_py.vector_env:AtariVectorEnv"
 
@@ -181,8 +182,6 @@ def probe_spaces(env_id: str, kwargs: dict | None = None, atari_cfg=None) -> tup
             "are not used for ALE ids; set env.atari instead (the time limit: env.atari.max_episode_frames)"
         )
     if atari_cfg is None:
-        from rlfoundry.config.schema import AtariConfig  # here: the schema imports modules that import envs
-
         atari_cfg = AtariConfig()
     envs = make_vector_env(env_id, atari_cfg, 1)
     try:

@@ -6,7 +6,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from rlfoundry.algos.base import Memory
-from rlfoundry.run.seeding import env_seed
+from rlfoundry.envs import env_seed
 
 
 def evaluate(agent, envs: VectorEnv, episodes: int, seed: int, deterministic: bool = True) -> tuple[list[float], list[int]]:

@@ -2,7 +2,7 @@
 
 The trainer records a run when it starts and again when it ends (`record_run`); `scan()` adds run
 directories that the registry has not seen (runs made before it existed, or with `--run-dir`
-elsewhere and then moved in). `rlfoundry runs ...` (cli_runs.py) reads it.
+elsewhere and then moved in). `rlfoundry runs ...` (cli/runs.py) reads it.
 
 Concurrency: several training processes may write at once. The database uses WAL journalling (readers
 never block the writer), a busy timeout, and one short `BEGIN IMMEDIATE` transaction per write:
@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sqlite3
 import time
 import warnings
@@ -449,6 +450,34 @@ def select_for_clean(records: list[RunRecord], keep_best: int, keep_recent_days:
             continue
         chosen.append(record)
     return chosen
+
+
+def remove_runs(chosen: list[RunRecord]) -> tuple[list[int], list[str], int]:
+    """Delete the run directories of `chosen` (from `select_for_clean`). Returns the ids whose directories are
+    gone (deleted now, or already missing), a message for each run kept or not deletable, and how many
+    deletions failed. The caller removes the returned ids from the registry."""
+    deleted, problems, failures = [], [], 0
+    for record in chosen:
+        run_dir = Path(record.run_dir)
+        if run_dir.exists():
+            # Checked again just before deleting: the run may have been resumed since the scan, and a path
+            # that no longer holds a run directory is never removed.
+            try:
+                status = read_run(run_dir)["status"]
+            except (OSError, ValueError) as exc:
+                problems.append(f"run {record.id}: kept {run_dir}: does not look like a run directory ({exc})")
+                continue
+            if status == "running":
+                problems.append(f"run {record.id}: kept {run_dir}: it is running")
+                continue
+            try:
+                shutil.rmtree(run_dir)
+            except OSError as exc:
+                problems.append(f"run {record.id}: could not delete {run_dir}: {exc}")
+                failures += 1
+                continue
+        deleted.append(record.id)
+    return deleted, problems, failures
 
 
 def _parse(stamp: str | None) -> datetime | None:

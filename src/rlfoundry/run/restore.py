@@ -10,7 +10,7 @@ from gymnasium.vector import VectorEnv
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.schema import ExperimentConfig
+from rlfoundry.spec.schema import ExperimentConfig
 from rlfoundry.run import checkpoint as ckpt
 
 
@@ -24,7 +24,7 @@ class Restored:
 
 def run_config(run_dir: Path) -> ExperimentConfig:
     """The resolved config a run wrote (validated again, so a hand-edited one gets the usual errors)."""
-    from rlfoundry.config.load import load_config
+    from rlfoundry.spec.load import load_config
 
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():

@@ -1,4 +1,5 @@
-"""One seed for Python, NumPy and torch; the envs are seeded at their first reset."""
+"""One seed for Python, NumPy and torch, and the device; the envs are seeded at their first reset
+(`rlfoundry.envs.env_seed`)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,6 @@ def seed_everything(seed: int, torch_threads: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def env_seed(seed: int) -> int:
-    """The seed a vector env is reset with; sub-env i then gets env_seed + i (Gymnasium's convention,
-    also ale_py's). Hashing the run seed first keeps runs apart: with the run seed used directly, seeds
-    1 and 2 of an 8-env run would share 7 of their 8 env streams."""
-    return int(np.random.SeedSequence(seed).generate_state(1)[0] >> 1)  # < 2**31: every env family takes it
 
 
 def resolve_device(name: str) -> torch.device:

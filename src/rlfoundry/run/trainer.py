@@ -28,7 +28,8 @@ from rich.console import Console
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import ALGORITHMS
-from rlfoundry.config.schema import ExperimentConfig, Provenance
+from rlfoundry.config.sections import Provenance
+from rlfoundry.spec.schema import ExperimentConfig
 from rlfoundry.envs import state as envs_state
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run.evaluate import evaluate

@@ -19,29 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos.base import Memory
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.envs import atari
-from rlfoundry.run.seeding import env_seed
+from rlfoundry.envs import atari, check_renders, env_seed
 
 DEFAULT_FPS = 30
-
-
-def check_renders(env_id: str) -> None:
-    """Raise ConfigError unless `env_id` can render rgb_array frames (checked before any env is built)."""
-    envs_lib.register_optional_families()
-    spec = gym.spec(env_id)
-    creator = spec.entry_point
-    if isinstance(creator, str):
-        creator = gym.envs.registration.load_env_creator(creator)
-    modes = getattr(creator, "metadata", {}).get("render_modes")
-    if modes is not None and "rgb_array" not in modes:
-        raise ConfigError(f"env.id = '{env_id}': cannot record a video: the env renders {list(modes) or 'nothing'}, "
-                          "not 'rgb_array'")
 
 
 def video_frame(frame: Any, env_id: str) -> np.ndarray:

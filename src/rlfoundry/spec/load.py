@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.schema import ALGO_CONFIGS, ExperimentConfig
+from rlfoundry.spec.schema import ALGO_CONFIGS, ExperimentConfig
 
 SECTIONS = ("env", "algo", "network", "train", "eval", "logging", "checkpoint", "solved")
 PRESET_KEYS = (*SECTIONS, "variants")
@@ -288,7 +288,7 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
 
     probe_spaces(cfg.env.id, make_kwargs(cfg.env), env_cfg=cfg.env)
     if cfg.eval.video:
-        from rlfoundry.run.video import check_renders
+        from rlfoundry.envs import check_renders
 
         check_renders(cfg.env.id)  # e.g. ALE ids cannot render yet: say so now, not at the first evaluation
     return cfg

@@ -1,42 +1,16 @@
-"""The experiment config: env, algo, network, train, eval and logging sections.
+"""The config sections below the algorithms: env, network, train, eval, checkpoint, logging, solved, provenance.
 
-Layers, lowest first: package defaults (the field defaults below) → algorithm defaults (the algo
-config's defaults) → env preset → variant → experiment file → CLI `a.b=value` overrides.
-`rlfoundry.config.load` merges the layers as plain dicts and validates the result once.
+Plain data: each section is a closed pydantic model with its defaults. The experiment config that
+assembles them with the algorithm's own section lives above the algorithms, in `rlfoundry.spec.schema`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
-from pydantic import Discriminator, Field, PositiveInt, Tag, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
-from rlfoundry.algos.a2c import A2CConfig
-from rlfoundry.algos.dqn import DQNConfig
-from rlfoundry.algos.ppo import PPOConfig
-from rlfoundry.algos.reinforce import REINFORCEConfig
-from rlfoundry.algos.sac import SACConfig
 from rlfoundry.config.base import StrictModel
-
-# One entry per algorithm; the `name` key of the `algo` section picks the class.
-ALGO_CONFIGS: dict[str, type[StrictModel]] = {
-    "ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig, "sac": SACConfig,
-}
-
-
-RECURRENT_ALGOS = ("ppo", "a2c", "reinforce")  # the algorithms that replay stored sequences for a memory core
-
-
-def _algo_name(value: Any) -> str | None:
-    return value.get("name", "ppo") if isinstance(value, dict) else getattr(value, "name", None)
-
-
-# The `algo` section is the config of the algorithm its `name` picks (a callable discriminator, because
-# StrictModel's field checks run before validation, which pydantic's inferred discriminators do not allow).
-AlgoConfig = Annotated[
-    Union[tuple(Annotated[cls, Tag(name)] for name, cls in ALGO_CONFIGS.items())],  # noqa: UP007
-    Discriminator(_algo_name),
-]
 
 
 class MiniGridConfig(StrictModel):
@@ -211,30 +185,3 @@ class Provenance(StrictModel):
     device: str | None = None
     torch_threads: int | None = None
     vectorization: str | None = None
-
-
-class ExperimentConfig(StrictModel):
-    variant: str = Field("custom", description="Preset variant name (recorded, used in run names).")
-    env: EnvConfig
-    algo: AlgoConfig
-    network: NetworkConfig = Field(default_factory=NetworkConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    solved: SolvedConfig | None = None
-    provenance: Provenance | None = None
-
-    @model_validator(mode="after")
-    def _check_sizes(self) -> ExperimentConfig:
-        self.algo.check_with(self.env.num_envs)
-        if self.network.core != "identity" and self.algo.name not in RECURRENT_ALGOS:
-            raise ValueError(
-                f"network.core = '{self.network.core}': memory cores train with algo.name "
-                f"{' or '.join(RECURRENT_ALGOS)}; {self.algo.name} allows only: identity"
-            )
-        return self
-
-    @property
-    def threshold(self) -> float | None:
-        return None if self.solved is None else self.solved.return_

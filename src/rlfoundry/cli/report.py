@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from rlfoundry.cli.common import fail
 from rlfoundry.config.errors import ConfigError
 
 
@@ -19,10 +20,8 @@ def report(
     try:
         paths = write_report(Path(run_dir))
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
     except OSError as exc:  # e.g. a read-only run directory: not bad input, so the run-time exit code
-        typer.echo(f"error: cannot write the report in {run_dir}: {exc}", err=True)
-        raise typer.Exit(1) from None
+        fail(f"cannot write the report in {run_dir}: {exc}", code=1)
     for path in paths:
         typer.echo(str(path))

@@ -45,7 +45,7 @@ def default_spec(env: str) -> str:
     """ENV_ID or ENV_ID:VARIANT; without a variant, the preset's `ppo-masked` (the POMDP) when it has one."""
     if ":" in env:
         return env
-    from rlfoundry.config.load import load_presets
+    from rlfoundry.spec.load import load_presets
 
     preset = load_presets().get(env)
     return f"{env}:ppo-masked" if preset is not None and "ppo-masked" in preset.variants else f"{env}:ppo"
@@ -59,11 +59,11 @@ def _run_one(spec: str, overrides: list[str], run_dir: str, result_path: str) ->
     import torch
     from rich.console import Console
 
-    import rlfoundry
     from rlfoundry.algos.base import Memory
+    from rlfoundry.run.launch import train
     from rlfoundry.run.restore import load_for_evaluation
 
-    _, summary = rlfoundry.train(spec, overrides, Path(run_dir), console=Console(quiet=True))
+    _, summary = train(spec, overrides, Path(run_dir), console=Console(quiet=True))
     restored = load_for_evaluation(Path(run_dir), "last", num_envs=1)
     agent = restored.agent
     obs, _ = restored.envs.reset(seed=0)
@@ -92,7 +92,7 @@ def _run_one(spec: str, overrides: list[str], run_dir: str, result_path: str) ->
 def run_arch(spec: str, cores: list[str], seeds: int, steps: int, out: Path, overrides: list[str] | None = None,
              log=print) -> list[dict[str, Any]]:
     """Train every core for `seeds` seeds and write arch.csv, arch.md and arch.png into `out`; returns the rows."""
-    from rlfoundry.config.load import load_config
+    from rlfoundry.spec.load import load_config
 
     for core in cores:  # bad settings fail here, before any run starts
         load_config(spec, [*(overrides or []), f"network.core={CORE_NAMES[core]}"])

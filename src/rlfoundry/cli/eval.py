@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Optional
 
 import numpy as np
 import typer
 
+from rlfoundry.cli.common import fail
 from rlfoundry.config.errors import ConfigError
 
 MAX_VIDEOS = 3
@@ -28,7 +29,7 @@ def evaluate_run(
     from rlfoundry.envs import obs_stats
     from rlfoundry.run.evaluate import evaluate
     from rlfoundry.run.restore import load_for_evaluation
-    from rlfoundry.run.video import check_renders
+    from rlfoundry.envs import check_renders
 
     run_path = Path(run_dir)
     try:
@@ -37,7 +38,7 @@ def evaluate_run(
                               f"in {run_path / 'checkpoints'}")
         restored = load_for_evaluation(run_path, checkpoint, num_envs or min(episodes, 16))
     except ConfigError as exc:  # CheckpointError included
-        _fail(str(exc), 2)
+        fail(str(exc), 2)
     cfg = restored.cfg
     step = int(restored.checkpoint.state["step"])
     seed = cfg.train.seed + cfg.eval.seed_offset if seed is None else seed
@@ -48,7 +49,7 @@ def evaluate_run(
         stats = obs_stats(restored.envs)  # the checkpoint's, set by load_for_evaluation
         returns, _ = evaluate(restored.agent, restored.envs, episodes, seed, deterministic=not stochastic)
     except ConfigError as exc:
-        _fail(str(exc), 2)
+        fail(str(exc), 2)
     finally:
         restored.envs.close()
     typer.echo(f"evaluation return: {np.mean(returns):.2f} ± {np.std(returns):.2f} over {len(returns)} episodes "
@@ -67,13 +68,9 @@ def _write_videos(restored, stats, run_path: Path, checkpoint: str, step: int, c
         try:
             result = record_video(restored.agent, restored.cfg.env, stats, path, seed + i, deterministic)
         except ConfigError as exc:
-            _fail(str(exc), 2)
+            fail(str(exc), 2)
         except OSError as exc:  # e.g. a read-only run directory: not bad input, so the run-time exit code
-            _fail(f"cannot write the video {path}: {exc}", 1)
+            fail(f"cannot write the video {path}: {exc}", 1)
         cut = "" if result["complete"] else ", cut short"
         typer.echo(f"video: {result['path']} (return {result['return']:.2f}, {result['length']} steps{cut})")
 
-
-def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code) from None

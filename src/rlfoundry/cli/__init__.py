@@ -1,0 +1,38 @@
+"""The `rlfoundry` command: one module per verb, each parsing its options and printing its results.
+
+What a verb computes lives below the CLI (`rlfoundry.run`, `rlfoundry.bench`, `rlfoundry.spec`), so the same
+work is reachable from Python; `rlfoundry.cli.common` holds the consoles and the one way a command fails.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from rlfoundry.cli.bench import bench_app
+from rlfoundry.cli.eval import evaluate_run
+from rlfoundry.cli.presets import presets
+from rlfoundry.cli.report import report
+from rlfoundry.cli.runs import runs_app
+from rlfoundry.cli.train import train
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="rlfoundry: deep reinforcement learning from one config.",
+)
+app.command(context_settings={"allow_extra_args": False})(train)
+app.command()(presets)
+app.command("eval", help="Evaluate a run's checkpoint: mean ± std return, optionally mp4 videos.")(evaluate_run)
+app.command("report", help="Regenerate a run's report.md and curves.png.")(report)
+app.add_typer(runs_app, name="runs")
+app.add_typer(bench_app, name="bench")
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,51 @@
+"""`rlfoundry train SPEC [overrides]` and `rlfoundry train --resume RUN_DIR`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from rlfoundry.cli.common import err, fail, out
+from rlfoundry.config.errors import ConfigError
+
+
+def train(
+    spec: Annotated[Optional[str], typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")] = None,
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides, e.g. algo.lr=3e-4 env.num_envs=16.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Shortcut for train.seed=N.")] = None,
+    total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
+    run_dir: Annotated[Optional[str], typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (train.device).")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
+) -> None:
+    """Train an agent and write a run directory (or continue one with --resume)."""
+    from rlfoundry.run.launch import train as launch
+    from rlfoundry.run.trainer import RunFailed
+
+    extra = list(overrides or [])
+    for key, value in (("train.seed", seed), ("train.total_timesteps", total_timesteps), ("train.device", device)):
+        if value is not None:
+            extra.append(f"{key}={value}")
+    try:
+        path, summary = launch(spec, extra, run_dir, console=err(), resume=resume)
+    except ConfigError as exc:
+        fail(str(exc))
+    except RunFailed as exc:
+        fail(f"{exc} (traceback in {exc.run_dir / 'run.log'})", code=1)
+    except KeyboardInterrupt:
+        err().print("[yellow]stopped[/]")
+        raise typer.Exit(130)
+    if summary["status"] == "stopped":
+        err().print(f"[yellow]stopped[/] at step {summary['total_steps']:,}; checkpoint in {path / 'checkpoints'}",
+                    highlight=False)
+        raise typer.Exit(130)
+    evaluation = summary["eval_return_mean"]
+    shown = "-" if evaluation is None else f"{evaluation:.2f} ± {summary['eval_return_std']:.2f}"
+    solved = summary["solved_at_step"]
+    console = out()
+    console.print(f"evaluation return: {shown}" + (f" (solved at step {solved:,})" if solved is not None else ""),
+                  highlight=False)
+    console.print(f"{summary['total_steps']:,} steps in {summary['wall_time_s']:.1f} s ({summary['sps']:,.0f} steps/s)",
+                  highlight=False)
+    console.print(f"run directory: {path}", highlight=False)
