@@ -22,6 +22,7 @@ the count of memory steps in the current episode, too). Only TrXL memory is stor
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -77,6 +78,14 @@ class IdentityCore(nn.Module):
         return x, None
 
 
+@functools.cache
+def cpu_runs_bf16_lstm() -> bool:
+    """Whether oneDNN has a bfloat16 LSTM on this CPU: only with native bf16 arithmetic (AVX-512 BF16, AMX).
+    Elsewhere (e.g. AVX2-only CPUs) nn.LSTM under bf16 autocast fails with "could not create a primitive
+    descriptor for the LSTM forward propagation primitive"."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 class LSTMCore(nn.Module):
     """torch.nn.LSTM (cuDNN on GPU), state zeroed at episode starts.
 
@@ -113,6 +122,9 @@ class LSTMCore(nn.Module):
             else:
                 state = (torch.gru_cell(x[0], state[0], *self._cell_weights()),)
             return state[0].unsqueeze(0), tuple(s.unsqueeze(0) for s in state)
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not cpu_runs_bf16_lstm():
+            with torch.autocast("cpu", enabled=False):  # oneDNN has no bf16 LSTM here: this core runs in float32
+                return self.forward(x.float(), tuple(s.float() for s in state), episode_starts)
         cuts, keep = [0, len(x)], None  # no starts (sequences replayed in training): one native call
         if episode_starts is not None:
             keep = 1 - _starts(episode_starts, x)
