@@ -133,14 +133,18 @@ class NetworkConfig(StrictModel):
 class TrainConfig(StrictModel):
     total_timesteps: PositiveInt = Field(100_000, description="Environment steps (all envs) to train for.")
     seed: int = Field(1, ge=0, description="Seeds Python, NumPy, torch and the envs.")
-    torch_threads: PositiveInt = Field(
-        1, description="torch.set_num_threads; results are reproducible only at the same count."
+    torch_threads: PositiveInt | Literal["auto"] = Field(
+        "auto",
+        description="torch.set_num_threads. auto: the cores this process may use (its share when "
+        "RLFOUNDRY_CONCURRENT_RUNS runs share them) for image encoders and MLPs 256 or more wide, else 1; resolved "
+        "once and kept on resume. Results are reproducible only at the same count.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available.")
-    precision: Literal["fp32", "bf16"] = Field(
-        "fp32",
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
         description="bf16: mixed precision, convolutions and large matmuls autocast to bfloat16 (weights, optimizer, "
-        "losses and stored rollouts stay fp32); fast on CPUs with AVX-512 BF16 or AMX and on recent GPUs.",
+        "losses and stored rollouts stay fp32); fast only with native bf16 (CPUs with AVX-512 BF16 or AMX, recent "
+        "GPUs), emulated and about 10x slower elsewhere. auto: bf16 for image encoders on such hardware, else fp32.",
     )
 
 
@@ -183,5 +187,7 @@ class Provenance(StrictModel):
     git_commit: str | None = None
     git_dirty: bool | None = None
     device: str | None = None
-    torch_threads: int | None = None
+    torch_threads: int | None = None  # train.torch_threads resolved (auto: from the hardware), kept on resume
+    precision: str | None = None  # train.precision resolved, kept on resume
+    hardware: str | None = None  # the CPU (model, vector extensions), cores and GPU the run started on
     vectorization: str | None = None

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from rich.console import Console
+from rich.markup import escape
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import ALGORITHMS
@@ -32,6 +33,7 @@ from rlfoundry.config.sections import Provenance
 from rlfoundry.spec.schema import ExperimentConfig
 from rlfoundry.envs import state as envs_state
 from rlfoundry.run import checkpoint as ckpt
+from rlfoundry.run import hardware
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.run.registry import Registry, RegistryError
 from rlfoundry.run.report import write_report
@@ -68,6 +70,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.console = console or Console(stderr=True)
         self.device = resolve_device(cfg.train.device)  # a config error: raised before anything is created
+        self.hardware = hardware.detect()
+        self.run_cfg, self.precision_warning = self._resolve_auto()
         self.summary: dict[str, Any] = dict.fromkeys(SUMMARY_KEYS)
         self.summary.update(
             status="running", env_id=cfg.env.id, algo=cfg.algo.name, variant=cfg.variant, seed=cfg.train.seed,
@@ -86,12 +90,27 @@ class Trainer:
         self.log.setLevel(logging.INFO)
         self.log.propagate = False
 
+    def _resolve_auto(self) -> tuple[ExperimentConfig, str | None]:
+        """The config the run trains with: `auto` threads and precision resolved from the hardware once, or, on
+        resume, taken from the run's provenance (so a resumed run computes as before); and a warning for bf16
+        without native support."""
+        cfg = self.cfg
+        threads = hardware.resolve_threads(cfg.train.torch_threads, cfg.network, self.hardware)
+        precision, warning = hardware.resolve_precision(cfg.train.precision, self.device, cfg.network, self.hardware)
+        started = cfg.provenance if self.resume is not None else None
+        if started is not None and cfg.train.torch_threads == "auto" and started.torch_threads:
+            threads = started.torch_threads
+        if started is not None and cfg.train.precision == "auto" and started.precision:
+            precision = started.precision
+        train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision})
+        return cfg.model_copy(update={"train": train}), warning
+
     def _write_config(self, vectorization: str) -> None:
         git = git_commit()
         self.cfg.provenance = Provenance(
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), versions=self.summary["versions"], git_commit=git["commit"],
-            git_dirty=git["dirty"], device=str(self.device), torch_threads=self.cfg.train.torch_threads,
-            vectorization=vectorization,
+            git_dirty=git["dirty"], device=str(self.device), torch_threads=self.run_cfg.train.torch_threads,
+            precision=self.run_cfg.train.precision, hardware=self.hardware.describe(), vectorization=vectorization,
         )
         write_yaml(self.run_dir / "config.yaml", self.cfg.model_dump(mode="json", by_alias=True))
 
@@ -155,7 +174,11 @@ class Trainer:
 
     def _train(self, sinks: list) -> None:
         cfg = self.cfg
-        seed_everything(cfg.train.seed, cfg.train.torch_threads)
+        run_cfg = self.run_cfg
+        seed_everything(cfg.train.seed, run_cfg.train.torch_threads)
+        if self.precision_warning:
+            self.log.warning(self.precision_warning)
+            self.console.print(f"[yellow]warning:[/] {escape(self.precision_warning)}", highlight=False)
         checkpoint = self.resume
         env_cfg = cfg.env
         if checkpoint is not None:
@@ -166,14 +189,15 @@ class Trainer:
         train_envs, spec = envs_lib.make(env_cfg, gamma=gamma)
         eval_num_envs = cfg.eval.num_envs or min(cfg.eval.episodes, 16)
         eval_envs, _ = envs_lib.make(env_cfg, eval_num_envs, evaluation=True)
-        agent = ALGORITHMS[cfg.algo.name](cfg, spec, self.device)
+        agent = ALGORITHMS[cfg.algo.name](run_cfg, spec, self.device)
         progress = Progress.start(cfg)
         if checkpoint is None:
             self._write_config(spec.vectorization)
         else:
             progress = self._restore(checkpoint, agent, train_envs)
-        self.log.info("env %s: %d envs, %s vectorization; device %s, %d torch threads",
-                      cfg.env.id, spec.num_envs, spec.vectorization, self.device, cfg.train.torch_threads)
+        self.log.info("env %s: %d envs, %s vectorization; device %s, %d torch threads, %s; %s",
+                      cfg.env.id, spec.num_envs, spec.vectorization, self.device, run_cfg.train.torch_threads,
+                      run_cfg.train.precision, self.hardware.describe())
 
         resume_step = None if checkpoint is None else progress.global_step
         if cfg.logging.csv:

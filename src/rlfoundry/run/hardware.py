@@ -1,0 +1,163 @@
+"""What this machine offers a run, and the `auto` settings chosen from it: `train.torch_threads`, `train.precision`.
+
+Detected, never assumed: machines range from AVX2-only CPUs (no native bfloat16: bf16 autocast is emulated there,
+about ten times slower than fp32, and oneDNN has no bf16 LSTM) to CPUs with AVX-512 BF16 or AMX, and GPUs.
+
+- Threads (`auto`): the cores this process may use (its CPU affinity, a cgroup CPU quota, and a share of them when
+  `RLFOUNDRY_CONCURRENT_RUNS` runs share the machine), for networks where more threads pay off: image encoders
+  and MLPs at least `WIDE_LAYER` units wide. Smaller networks run on one thread: their operations are too small
+  to split, and the extra threads only add synchronisation (see the README's "Threads and precision").
+- Precision (`auto`): bf16 autocast where the device runs bfloat16 natively (a CUDA device that supports it; a CPU
+  with AVX-512 BF16 or AMX) and the network has an image encoder, where it was measured to pay off; fp32 elsewhere.
+  An explicit `bf16` without native support trains on, with a warning naming the CPU and the expected slowdown.
+
+The trainer resolves both once, records them in the run's provenance and keeps them on resume, so the same seed
+with the same resolved thread count stays bit-reproducible.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# The CPU features worth naming beside a speed figure: the vector extensions that set the matmul and conv kernels.
+EXTENSIONS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "avx512_fp16")
+NATIVE_BF16 = ("avx512_bf16", "amx_bf16")
+WIDE_LAYER = 256  # MLP width from which more threads pay off (Pendulum SAC, 256 units: 76 -> 103 steps/s at 2)
+IMAGE_ENCODERS = ("nature_cnn", "impala_cnn")
+BF16_SLOWDOWN = "about 10x slower than fp32"  # Breakout PPO on an AVX2-only AMD EPYC: 36 against 348 steps/s
+SHARE_VARIABLE = "RLFOUNDRY_CONCURRENT_RUNS"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    cpu: str  # model name
+    extensions: tuple[str, ...]  # of EXTENSIONS, the ones this CPU has
+    cores: int  # cores this process may use (affinity, cgroup quota), before any share
+    gpu: str | None = None  # the CUDA device's name, when there is one
+    gpu_bf16: bool = False
+
+    @property
+    def cpu_bf16(self) -> bool:
+        """Native bfloat16 arithmetic on this CPU (AVX-512 BF16 or AMX)."""
+        return any(flag in self.extensions for flag in NATIVE_BF16)
+
+    def describe(self) -> str:
+        """One line for logs and benchmark headers, e.g. `AMD EPYC 7B12 (avx, avx2, fma; no native bf16), 2 cores`."""
+        flags = ", ".join(self.extensions) or "no AVX"
+        native = "native bf16" if self.cpu_bf16 else "no native bf16"
+        text = f"{self.cpu} ({flags}; {native}), {self.cores} core{'s' if self.cores != 1 else ''}"
+        if self.gpu:
+            text += f"; GPU {self.gpu} ({'bf16' if self.gpu_bf16 else 'no bf16'})"
+        return text
+
+
+def _cpuinfo() -> tuple[str | None, set[str]]:
+    """(model name, flags) from /proc/cpuinfo on Linux; (None, empty) elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None, set()
+    model, flags = None, set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return model, flags
+
+
+def _torch_extensions() -> set[str]:
+    """The extensions torch itself detects (any OS): the fallback where /proc/cpuinfo is missing."""
+    checks = {"avx2": "_is_avx2_supported", "avx512f": "_is_avx512_supported", "avx512_vnni": "_is_vnni_supported",
+              "avx512_bf16": "_is_avx512_bf16_supported", "amx_tile": "_is_amx_tile_supported"}
+    found = set()
+    for flag, name in checks.items():
+        check = getattr(torch.cpu, name, None)
+        if check is not None and check():
+            found.add(flag)
+    if "amx_tile" in found:
+        found.add("amx_bf16")  # every AMX CPU (Sapphire Rapids on) has AMX-BF16
+    return found
+
+
+def _cgroup_cores() -> float | None:
+    """The CPU quota of this process's cgroup (v2 `cpu.max`, v1 `cfs_quota_us`), in cores; None when unlimited."""
+    for quota_file, period_file in (("/sys/fs/cgroup/cpu.max", None),
+                                    ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
+        try:
+            text = Path(quota_file).read_text().split()
+            quota, period = (text[0], text[1]) if period_file is None else (text[0], Path(period_file).read_text())
+            if quota in ("max", "-1"):
+                return None
+            return int(quota) / int(period)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its affinity mask, capped by a cgroup CPU quota (containers)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = _cgroup_cores()
+    if quota is not None:
+        cores = min(cores, max(1, math.ceil(quota)))
+    return max(1, cores)
+
+
+@functools.cache
+def detect() -> Hardware:
+    model, flags = _cpuinfo()
+    flags = flags or _torch_extensions()
+    gpu, gpu_bf16 = None, False
+    if torch.cuda.is_available():
+        gpu, gpu_bf16 = torch.cuda.get_device_name(), bool(torch.cuda.is_bf16_supported())
+    return Hardware(cpu=model or platform.processor() or platform.machine() or "unknown CPU",
+                    extensions=tuple(flag for flag in EXTENSIONS if flag in flags), cores=usable_cores(),
+                    gpu=gpu, gpu_bf16=gpu_bf16)
+
+
+def share_of_cores(hardware: Hardware, environ=os.environ) -> int:
+    """This run's cores: all usable ones, or an equal share when `RLFOUNDRY_CONCURRENT_RUNS` runs share them."""
+    try:
+        runs = max(1, int(environ.get(SHARE_VARIABLE, "1")))
+    except ValueError:
+        runs = 1
+    return max(1, hardware.cores // runs)
+
+
+def wants_threads(network) -> bool:
+    """Whether the network's operations are big enough to split over threads: an image encoder, or an MLP layer of
+    at least WIDE_LAYER units (the config's `network` section)."""
+    return network.encoder in IMAGE_ENCODERS or max(network.hidden_sizes, default=0) >= WIDE_LAYER
+
+
+def resolve_threads(requested: int | str, network, hardware: Hardware, environ=os.environ) -> int:
+    """`train.torch_threads`: a number stays; `auto` is this run's share of the cores where threads pay off, else 1."""
+    if requested != "auto":
+        return int(requested)
+    return share_of_cores(hardware, environ) if wants_threads(network) else 1
+
+
+def native_bf16(device: torch.device, hardware: Hardware) -> bool:
+    return hardware.gpu_bf16 if device.type == "cuda" else hardware.cpu_bf16
+
+
+def resolve_precision(requested: str, device: torch.device, network, hardware: Hardware) -> tuple[str, str | None]:
+    """`train.precision` resolved: (fp32 or bf16, a warning or None). `auto` is bf16 only with native bf16 and an
+    image encoder; an explicit bf16 without native support stays bf16, with a warning."""
+    if requested == "auto":
+        return ("bf16" if native_bf16(device, hardware) and network.encoder in IMAGE_ENCODERS else "fp32"), None
+    if requested == "bf16" and not native_bf16(device, hardware):
+        where = f"GPU {hardware.gpu}" if device.type == "cuda" else f"CPU {hardware.cpu} ({', '.join(hardware.extensions)})"
+        return "bf16", (f"train.precision=bf16: the {where} has no native bfloat16 arithmetic, so bf16 is emulated and "
+                        f"training runs {BF16_SLOWDOWN}; continuing in bf16 (train.precision=auto picks fp32 here)")
+    return requested, None
