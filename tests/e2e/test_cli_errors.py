@@ -53,6 +53,10 @@ ERRORS = {
     "missing experiment file": Case(["train", "nothere.yaml"], ["nothere.yaml", "does not exist"]),
     "bench unknown env id": Case(["bench", "env", "CartPol-v1"], ["CartPol-v1", "did you mean 'CartPole-v1'"]),
     "bench train bad key": Case(["bench", "train", "CartPole-v1:ppo", "algo.lrr=1"], ["algo.lrr", "unknown key"]),
+    "unwritable run dir": Case(["train", "CartPole-v1:ppo", "--run-dir", "/proc/nope/run"],
+                               ["--run-dir /proc/nope/run", "cannot create or write", "No such file or directory"]),
+    "unwritable runs root": Case(["train", "CartPole-v1:ppo", "logging.runs_root=/proc/forbidden"],
+                                 ["logging.runs_root = '/proc/forbidden'", "cannot create or write"]),
     "non-empty run dir": Case(["train", "CartPole-v1:ppo", "--total-timesteps", "256", "--run-dir", "existing"],
                               ["--run-dir", "existing", "not empty"], _non_empty_run_dir),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -54,18 +55,42 @@ def run_name(env_id: str, variant: str, seed: int) -> str:
 
 
 def new_run_dir(runs_root: str, env_id: str, variant: str, seed: int, explicit: str | None) -> Path:
-    """Pick the run directory without creating it; an explicit one must not hold a run already."""
+    """Pick the run directory without creating it; an explicit one must not hold a run already, and either must
+    be one this process can create and write into (else a ConfigError naming the path and the reason)."""
     if explicit is not None:
         path = Path(explicit)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise ConfigError(f"--run-dir {explicit}: already exists and is not empty; choose a new directory")
+        _check_writable(path, f"--run-dir {explicit}")
         return path
     base = Path(runs_root) / run_name(env_id, variant, seed)
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
+    _check_writable(path, f"logging.runs_root = '{runs_root}'")
     return path
+
+
+def _check_writable(path: Path, what: str) -> None:
+    """Create `path` (and its missing parents), write a file into it, and remove all of it again: what cannot be
+    done raises ConfigError before the run starts. Permissions alone would not tell (root passes them, yet cannot
+    create under /proc or on a read-only filesystem)."""
+    missing = [path, *(parent for parent in path.parents if not parent.exists())]
+    missing = [directory for directory in missing if not directory.exists()]
+    created: list[Path] = []
+    try:
+        for directory in reversed(missing):
+            directory.mkdir()
+            created.append(directory)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot create or write {path}: {exc.strerror or exc}") from None
+    finally:
+        for directory in reversed(created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def write_atomic(path: Path, content: str | bytes) -> None:
