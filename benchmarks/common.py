@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from rlfoundry.run.hardware import machine
+
 
 def sb3_missing(names: list[str]) -> bool:
     """True (after saying how to install it) when SB3 is wanted but not installed."""
@@ -37,6 +39,7 @@ def throughput(names: list[str], runners: dict, args, title: str) -> str:
     markdown table of median steps/s and the ratio to SB3 (also written to args.out when given)."""
     results: dict[str, list[dict]] = {name: [] for name in names}
     width = max(map(len, names))
+    print(machine(), flush=True)
     for seed in range(1, args.seeds + 1):
         for name in in_turn(names, seed):
             run = runners[name](seed, args.steps, args.threads)
@@ -44,7 +47,7 @@ def throughput(names: list[str], runners: dict, args, title: str) -> str:
             print(f"seed {seed} {name:{width}s}: {run['steps']:,} steps in {run['wall']:.1f} s "
                   f"({run['steps'] / run['wall']:,.0f} steps/s)", flush=True)
     sps = {name: statistics.median(r["steps"] / r["wall"] for r in runs) for name, runs in results.items()}
-    lines = [f"{title}, {args.seeds} seed(s), {args.threads} torch thread(s), {args.steps:,} steps per run", "",
+    lines = [f"{title}, {args.seeds} seed(s), {args.threads} torch thread(s), {args.steps:,} steps per run", machine(), "",
              "| framework | steps/s (median) | vs SB3 |", "|---|---:|---:|"]
     for name in names:
         ratio = f"{sps[name] / sps['sb3']:.2f}x" if "sb3" in sps else "-"

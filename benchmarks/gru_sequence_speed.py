@@ -15,6 +15,7 @@ import torch
 from common import per_call_ms
 from torch import nn
 
+from rlfoundry.run.hardware import machine
 from rlfoundry.nets.cores import _GRUSequence
 
 
@@ -30,6 +31,7 @@ def main() -> None:
     torch.manual_seed(0)
     gru, lstm = nn.GRU(args.width, args.width), nn.LSTM(args.width, args.width)
     weights = (gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0)
+    print(machine())
     print(f"forward + backward, x [{args.steps}, B, {args.width}], hidden {args.width}, 1 thread: ms per call\n")
     print("| B | nn.GRU | _GRUSequence | speed-up | nn.LSTM |")
     print("| ---: | ---: | ---: | ---: | ---: |")

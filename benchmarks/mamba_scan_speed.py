@@ -17,6 +17,7 @@ import argparse
 import torch
 from common import per_call_ms
 
+from rlfoundry.run.hardware import machine
 from rlfoundry.nets.cores import _SelectiveScan
 
 
@@ -53,6 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(0)
+    print(machine())
     print(f"forward + backward, T = {args.steps}, E = {args.inner}, N = {args.state}, 1 thread: ms per call\n")
     print("| B | autograd loop | _SelectiveScan | speed-up |")
     print("| ---: | ---: | ---: | ---: |")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rlfoundry.bench.train import bench_train
 from rlfoundry.bench.arch import CORE_NAMES, parse_cores
+from rlfoundry.run.hardware import machine
 
 
 def main() -> None:
@@ -29,6 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     cores = [core for core in parse_cores(args.cores) if core != "mlp"]
     sps: dict[str, list[float]] = {"mlp": [], **{core: [] for core in cores}}
+    print(machine(), flush=True)
     for round_index in range(args.rounds):
         order = cores if round_index % 2 == 0 else cores[::-1]
         for core in ["mlp", *order]:
@@ -36,7 +38,7 @@ def main() -> None:
             sps[core].append(result["sps"])
             print(f"round {round_index + 1} {core:6s}: {result['sps']:,.0f} steps/s", flush=True)
     base = statistics.median(sps["mlp"])
-    lines = [f"{args.spec}: training steps/s, median of {args.rounds} rounds of {args.steps:,} steps", "",
+    lines = [f"{args.spec}: training steps/s, median of {args.rounds} rounds of {args.steps:,} steps", machine(), "",
              "| core | steps/s | vs feed-forward |", "| --- | ---: | ---: |"]
     for core, values in sps.items():
         lines.append(f"| {core} | {statistics.median(values):,.0f} | {statistics.median(values) / base:.2f}× |")

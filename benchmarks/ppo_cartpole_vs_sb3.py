@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from rlfoundry.run.hardware import machine
 from common import frameworks, in_turn, sb3_missing
 
 SOLVED = 475.0
@@ -108,6 +110,7 @@ def table(results: dict, args) -> str:
     lines = [
         f"PPO CartPole-v1, {args.seeds} seed(s), {args.threads} torch thread(s); throughput over {args.steps:,} steps, "
         f"solve budget {args.solve_steps:,} steps (eval every {EVAL_EVERY:,}, {EVAL_EPISODES} episodes, >= {SOLVED:g})",
+        machine(),
         "",
         "| framework | steps/s (median) | steps/s per seed | vs SB3 | time to 475 (s, median) "
         "| steps to 475 (median) | per seed (time/steps) |",

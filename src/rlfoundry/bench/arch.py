@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.run.hardware import machine
 
 CORE_NAMES = {"mlp": "identity", "lstm": "lstm", "gru": "gru", "trxl": "trxl", "gtrxl": "gtrxl", "mamba": "mamba",
               "mamba2": "mamba2"}
@@ -144,7 +145,7 @@ def _write_tables(rows: list[dict[str, Any]], spec: str, steps: int, out: Path) 
         writer.writeheader()
         writer.writerows(rows)
     base = next((row["sps"] for row in rows if row["core"] == "mlp"), None)
-    lines = [f"Architecture benchmark: {spec}, {steps} steps per run", "",
+    lines = [f"Architecture benchmark: {spec}, {steps} steps per run", machine(), "",
              "| core | final return (mean ± std) | solved | solved at (median step) | steps/s | vs mlp "
              "| latency (ms/step) | peak memory (MB) | parameters |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -23,8 +23,10 @@ def bench_env(
 ) -> None:
     """Raw vector-env steps/s with uniformly random actions."""
     from rlfoundry.bench.env import bench_env as run
+    from rlfoundry.run.hardware import machine
 
     console = out()
+    console.print(machine(), highlight=False)
     try:
         result = run(env_id, num_envs, steps, seed, overrides)
     except ConfigError as exc:
@@ -43,8 +45,10 @@ def bench_train(
 ) -> None:
     """Training steps/s (no evaluation, no TensorBoard) and where the time goes."""
     from rlfoundry.bench.train import bench_train as run
+    from rlfoundry.run.hardware import machine
 
     console = out()
+    console.print(machine(), highlight=False)
     try:
         result = run(spec, overrides, steps, seed)
     except ConfigError as exc:
@@ -67,8 +71,10 @@ def bench_arch(
 ) -> None:
     """The same PPO with each memory core: final return, steps/s, latency, memory, parameters."""
     from rlfoundry.bench.arch import default_spec, parse_cores, run_arch
+    from rlfoundry.run.hardware import machine
 
     console = out()
+    console.print(machine(), highlight=False)
     try:
         names = parse_cores(cores)
         spec = default_spec(env)

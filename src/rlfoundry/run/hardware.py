@@ -161,3 +161,8 @@ def resolve_precision(requested: str, device: torch.device, network, hardware: H
         return "bf16", (f"train.precision=bf16: the {where} has no native bfloat16 arithmetic, so bf16 is emulated and "
                         f"training runs {BF16_SLOWDOWN}; continuing in bf16 (train.precision=auto picks fp32 here)")
     return requested, None
+
+
+def machine() -> str:
+    """The line every benchmark prints above its figures: this machine's hardware and torch."""
+    return f"machine: {detect().describe()}; torch {torch.__version__}"
