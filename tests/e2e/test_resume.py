@@ -32,7 +32,8 @@ COMMON = ["logging.progress=false", "logging.tensorboard=false", "train.device=c
 
 
 def cli(*args: str, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "NO_COLOR": "1"}
+    # Two runs train at once here (whole and cut): they share the cores, as `auto` threads are told this way.
+    env = {**os.environ, "NO_COLOR": "1", "RLFOUNDRY_CONCURRENT_RUNS": "2"}
     return subprocess.Popen([sys.executable, "-m", "rlfoundry.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
