@@ -8,10 +8,10 @@ from gymnasium import spaces
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.spec.load import load_config
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import find_wrapper, make, probe_spaces
 from rlfoundry.envs.wrappers import MaskObservation
+from rlfoundry.spec.load import load_config
 
 from rollouts import rollout  # tests/envs/rollouts.py
 

@@ -11,8 +11,8 @@ import yaml
 from pydantic import ValidationError
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.spec.load import load_config, load_presets, validate
 from rlfoundry.config.schedule import Schedule
+from rlfoundry.spec.load import load_config, load_presets, validate
 from rlfoundry.spec.schema import ExperimentConfig
 
 PRESET_VARIANTS = [(env_id, variant) for env_id, preset in load_presets().items() for variant in preset.variants]

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from rlfoundry.algos.dqn import dqn_loss
-from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.envs import EnvSpec
+from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.policy import QNetwork
 
 

@@ -28,15 +28,14 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Agent, Iteration, autocast, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.buffers.replay import (
     PrioritizedReplayBuffer, ReplayBuffer, collect, load_replay_state, replay_state, start_envs,
 )
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.envs import frame_stack
+from rlfoundry.envs import env_seed, frame_stack
+from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.policy import QNetwork
-from rlfoundry.envs import env_seed
 
 
 class DQNConfig(StrictModel):

@@ -40,11 +40,11 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Agent, Iteration, autocast, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.buffers.replay import Collected, ReplayBuffer, collect, load_replay_state, replay_state, start_envs
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.envs import frame_stack
+from rlfoundry.envs import env_seed, frame_stack
+from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import (
     CategoricalActor,
@@ -52,7 +52,6 @@ from rlfoundry.nets.policy import (
     TwinQ,
     TwinQDiscrete,
 )
-from rlfoundry.envs import env_seed
 
 
 class SACConfig(StrictModel):

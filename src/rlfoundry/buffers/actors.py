@@ -180,8 +180,8 @@ def run_actor(k: int, num_actors: int, cfg, spec, build_policy: Callable, act: C
     envs = None
     try:
         from rlfoundry import envs as envs_lib
-        from rlfoundry.nets.flat import flatten_parameters
         from rlfoundry.envs import env_seed
+        from rlfoundry.nets.flat import flatten_parameters
 
         torch.set_num_threads(1)
         m = spec.num_envs // num_actors

@@ -22,8 +22,7 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from rlfoundry.envs import EnvSpec
-from rlfoundry.envs import env_seed
+from rlfoundry.envs import EnvSpec, env_seed
 
 
 def discounted_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:

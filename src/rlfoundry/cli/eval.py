@@ -26,10 +26,9 @@ def evaluate_run(
     """Print a checkpoint's mean ± std evaluation return, and with --video write mp4s of its episodes."""
     import torch
 
-    from rlfoundry.envs import obs_stats
+    from rlfoundry.envs import check_renders, obs_stats
     from rlfoundry.run.evaluate import evaluate
     from rlfoundry.run.restore import load_for_evaluation
-    from rlfoundry.envs import check_renders
 
     run_path = Path(run_dir)
     try:

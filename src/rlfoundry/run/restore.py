@@ -10,9 +10,9 @@ from gymnasium.vector import VectorEnv
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.spec.schema import ExperimentConfig
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import hardware
+from rlfoundry.spec.schema import ExperimentConfig
 
 
 @dataclass

@@ -30,7 +30,6 @@ from rich.markup import escape
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import ALGORITHMS
 from rlfoundry.config.sections import Provenance
-from rlfoundry.spec.schema import ExperimentConfig
 from rlfoundry.envs import state as envs_state
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import hardware
@@ -38,10 +37,11 @@ from rlfoundry.run.evaluate import evaluate
 from rlfoundry.run.registry import Registry, RegistryError
 from rlfoundry.run.report import write_report
 from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
-from rlfoundry.run.video import record_video
 from rlfoundry.run.seeding import resolve_device, seed_everything
+from rlfoundry.run.video import record_video
 from rlfoundry.sinks import CSVSink, TensorBoardSink
 from rlfoundry.sinks.console import ConsoleSink
+from rlfoundry.spec.schema import ExperimentConfig
 
 SUMMARY_KEYS = (
     "status", "env_id", "algo", "variant", "seed", "total_steps", "wall_time_s", "sps", "train_return_mean",
