@@ -122,8 +122,9 @@ class LSTMCore(nn.Module):
             else:
                 state = (torch.gru_cell(x[0], state[0], *self._cell_weights()),)
             return state[0].unsqueeze(0), tuple(s.unsqueeze(0) for s in state)
-        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not cpu_runs_bf16_lstm():
-            with torch.autocast("cpu", enabled=False):  # oneDNN has no bf16 LSTM here: this core runs in float32
+        if (torch.is_autocast_enabled("cpu") and x.device.type == "cpu" and isinstance(self.rnn, nn.LSTM)
+                and not cpu_runs_bf16_lstm()):
+            with torch.autocast("cpu", enabled=False):  # oneDNN has no bf16 LSTM here: the LSTM runs in float32
                 return self.forward(x.float(), tuple(s.float() for s in state), episode_starts)
         cuts, keep = [0, len(x)], None  # no starts (sequences replayed in training): one native call
         if episode_starts is not None:

@@ -45,7 +45,7 @@ def cell(name: str, value: Any) -> str:
     return str(value)
 
 
-def read_curves(run_dir: Path) -> dict[str, tuple[list[float], list[float]]]:
+def _read_curves(run_dir: Path) -> dict[str, tuple[list[float], list[float]]]:
     """(global_step, value) series of CURVES from a run's metrics.csv; empty cells are skipped."""
     curves: dict[str, tuple[list[float], list[float]]] = {key: ([], []) for key in CURVES}
     with (run_dir / "metrics.csv").open(newline="") as handle:
@@ -76,7 +76,7 @@ def plot_curves(records: list[RunRecord], path: Path) -> tuple[int, list[str]]:
     plotted, problems = 0, []
     for record in records:
         try:
-            curves = read_curves(Path(record.run_dir))
+            curves = _read_curves(Path(record.run_dir))
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
             problems.append(f"run {record.id}: metrics.csv unreadable ({exc}); left out of the plot")
             continue

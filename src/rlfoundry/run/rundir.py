@@ -76,8 +76,7 @@ def _check_writable(path: Path, what: str) -> None:
     """Create `path` (and its missing parents), write a file into it, and remove all of it again: what cannot be
     done raises ConfigError before the run starts. Permissions alone would not tell (root passes them, yet cannot
     create under /proc or on a read-only filesystem)."""
-    missing = [path, *(parent for parent in path.parents if not parent.exists())]
-    missing = [directory for directory in missing if not directory.exists()]
+    missing = [directory for directory in (path, *path.parents) if not directory.exists()]
     created: list[Path] = []
     try:
         for directory in reversed(missing):
