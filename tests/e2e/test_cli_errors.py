@@ -44,6 +44,8 @@ ERRORS = {
     "unknown key": Case(["train", "CartPole-v1:ppo", "algo.lrr=1"], ["algo.lrr", "unknown key", "did you mean 'lr'"]),
     "out of range": Case(["train", "CartPole-v1:ppo", "algo.gamma=1.5"], ["algo.gamma", "1.5", "less than or equal to 1"]),
     "option out of range": Case(["train", "CartPole-v1:ppo", "--total-timesteps", "0"], ["train.total_timesteps", "greater than 0"]),
+    "threads not a number": Case(["train", "CartPole-v1:ppo", "train.torch_threads=many"],
+                                 ["train.torch_threads", "'many'", "a positive integer or 'auto'"]),
     "unknown env id": Case(["train", "CartPol-v1:ppo"], ["CartPol-v1", "did you mean 'CartPole-v1'"]),
     "unknown variant": Case(["train", "CartPole-v1:nope"], ["nope", "available: ppo"]),
     "bad literal": Case(["train", "CartPole-v1:ppo", "env.vectorization=turbo"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from rlfoundry.config.base import StrictModel
 
@@ -146,6 +146,13 @@ class TrainConfig(StrictModel):
         "losses and stored rollouts stay fp32); fast only with native bf16 (CPUs with AVX-512 BF16 or AMX, recent "
         "GPUs), emulated and about 10x slower elsewhere. auto: bf16 for image encoders on such hardware, else fp32.",
     )
+
+    @field_validator("torch_threads", mode="before")
+    @classmethod
+    def _threads(cls, value):
+        if isinstance(value, str) and value != "auto" and not value.strip().isdigit():
+            raise ValueError("must be a positive integer or 'auto'")
+        return value
 
 
 class EvalConfig(StrictModel):

@@ -9,7 +9,7 @@
     <run>/checkpoints/best.json           {"step_dir": ..., "eval_return": ...}: the best evaluation
 
 A checkpoint is written into a hidden temporary directory, each file flushed to disk, and then
-renamed into place; the pointer files are replaced with `os.replace`. A `kill -9` at any moment,
+renamed into place (a save that fails, on a full disk say, removes its temporary directory); the pointer files are replaced with `os.replace`. A `kill -9` at any moment,
 also in the middle of a save, therefore leaves every earlier checkpoint and both pointers intact:
 at worst a `.tmp-*` directory is left over, which the next save removes. Old checkpoints are
 deleted the same way round: renamed to a `.tmp-` name first, so no half-deleted one keeps its name.
@@ -17,21 +17,25 @@ deleted the same way round: renamed to a `.tmp-` name first, so no half-deleted 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.run.rundir import write_json
+from rlfoundry.sinks.files import writing
 
 FORMAT = "rlfoundry-checkpoint"
 VERSION = 1
@@ -50,9 +54,27 @@ class Checkpoint:
     state: dict[str, Any] = field(default_factory=dict)  # JSON values
 
 
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
+def _write_file(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
+    """Write bytes (or let a writer fill the file) and flush them to disk; a failure names `path`."""
+    with writing(path), open(path, "wb") as f:
+        if isinstance(data, bytes):
+            f.write(data)
+        else:
+            data(f)
+        f.flush()
         os.fsync(f.fileno())
+
+
+def _write_files(directory: Path, step: int, checkpoint: Checkpoint) -> None:
+    # clone: parameters may be views of one flat buffer (FlatOptimizer), and safetensors refuses shared storage
+    weights = {k: v.detach().cpu().clone(memory_format=torch.contiguous_format) for k, v in checkpoint.weights.items()}
+    _write_file(directory / "weights.safetensors", safetensors_bytes(weights))
+    agent = io.BytesIO()  # torch.save into a file turns a failed write (a full disk) into an anonymous RuntimeError
+    torch.save(checkpoint.agent, agent)
+    _write_file(directory / "agent.pt", agent.getvalue())
+    _write_file(directory / "arrays.npz", lambda f: np.savez(f, **checkpoint.arrays))
+    state = {"format": FORMAT, "version": VERSION, "step": step, **checkpoint.state}
+    _write_file(directory / "state.json", json.dumps(state, indent=2, allow_nan=True).encode())
 
 
 def step_dir_name(step: int) -> str:
@@ -68,20 +90,18 @@ def save(root: Path, step: int, checkpoint: Checkpoint, keep_last: int, best_ret
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     tmp.mkdir()
-    # clone: parameters may be views of one flat buffer (FlatOptimizer), and safetensors refuses shared storage
-    save_file({k: v.detach().cpu().clone(memory_format=torch.contiguous_format) for k, v in checkpoint.weights.items()},
-              tmp / "weights.safetensors")
-    torch.save(checkpoint.agent, tmp / "agent.pt")
-    np.savez(tmp / "arrays.npz", **checkpoint.arrays)
-    state = {"format": FORMAT, "version": VERSION, "step": step, **checkpoint.state}
-    with open(tmp / "state.json", "w") as f:
-        json.dump(state, f, indent=2, allow_nan=True)
-    for name in FILES:
-        _fsync_file(tmp / name)
-    if final.exists():  # this step is saved already (a resumed run passing it again): keep that one whole
-        shutil.rmtree(tmp)
-    else:
-        os.rename(tmp, final)
+    try:
+        _write_files(tmp, step, checkpoint)
+        if final.exists():  # this step is saved already (a resumed run passing it again): keep that one whole
+            shutil.rmtree(tmp)
+        else:
+            os.rename(tmp, final)
+    except BaseException as exc:  # a full disk, a signal: leave no half-written directory holding the space
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.filename and Path(exc.filename).parent == tmp:
+            # name the checkpoint's file, not the temporary one that is gone now
+            raise OSError(exc.errno, exc.strerror, str(final / Path(exc.filename).name)) from exc
+        raise
     write_json(root / "last.json", {"step_dir": final.name, "step": step})
     if best_return is not None:
         write_json(root / "best.json", {"step_dir": final.name, "step": step, "eval_return": best_return})
@@ -92,6 +112,14 @@ def save(root: Path, step: int, checkpoint: Checkpoint, keep_last: int, best_ret
 def _pointer(root: Path, name: str) -> str | None:
     try:
         return json.loads((root / f"{name}.json").read_text())["step_dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def last_step(root: Path) -> int | None:
+    """The step of the newest checkpoint under `root` (a run's checkpoints/), or None."""
+    try:
+        return int(json.loads((root / "last.json").read_text())["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.sinks.files import writing
 
 PACKAGES = ("rlfoundry", "torch", "numpy", "gymnasium", "pydantic", "mujoco", "box2d")
 
@@ -94,19 +95,20 @@ def _check_writable(path: Path, what: str) -> None:
 
 def write_atomic(path: Path, content: str | bytes) -> None:
     """Write to a temporary file in the same directory, flush it to disk, then rename over the target:
-    readers never see half a file, and a crash leaves the old one."""
+    readers never see half a file, and a crash (or a full disk) leaves the old one and no temporary file."""
     path = Path(path)
     data = content.encode("utf-8") if isinstance(content, str) else content
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with open(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ import logging
 import math
 import random
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -41,6 +42,7 @@ from rlfoundry.run.seeding import resolve_device, seed_everything
 from rlfoundry.run.video import record_video
 from rlfoundry.sinks import CSVSink, TensorBoardSink
 from rlfoundry.sinks.console import ConsoleSink
+from rlfoundry.sinks.files import is_disk_full
 from rlfoundry.spec.schema import ExperimentConfig
 
 SUMMARY_KEYS = (
@@ -55,6 +57,15 @@ class RunFailed(Exception):
     def __init__(self, run_dir: Path, message: str):
         super().__init__(message)
         self.run_dir = run_dir
+
+
+class RunLogHandler(logging.FileHandler):
+    """run.log. A line that cannot be written (a full disk) is dropped quietly: the run's own error still reaches
+    the console, where logging's default would print a traceback for every lost line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handleError(record)
 
 
 def _mean(values) -> float | None:
@@ -84,7 +95,7 @@ class Trainer:
 
     def _open_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(self.run_dir / "run.log")
+        handler = RunLogHandler(self.run_dir / "run.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         self.log.addHandler(handler)
         self.log.setLevel(logging.INFO)
@@ -155,22 +166,47 @@ class Trainer:
         except Exception as exc:
             self.summary["status"] = "failed"
             self.log.error("run failed:\n%s", traceback.format_exc())
-            raise RunFailed(self.run_dir, f"{type(exc).__name__}: {exc}") from exc
+            raise RunFailed(self.run_dir, self._failure(exc)) from exc
         finally:
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
-            for sink in sinks:
-                sink.close()
-            self._write_summary()
-            self._register()
-            try:  # a plotting problem must never change the run's status or hide its error
-                write_report(self.run_dir)
-            except Exception:
-                self.log.warning("report.md / curves.png not written:\n%s", traceback.format_exc())
+            unwritten = self._record_end(sinks)
             for handler in list(self.log.handlers):
                 handler.close()
                 self.log.removeHandler(handler)
+        if unwritten is not None:  # the run trained, but its end could not be recorded
+            raise RunFailed(self.run_dir, self._failure(unwritten)) from unwritten
         return self.summary
+
+    def _record_end(self, sinks: list) -> Exception | None:
+        """Close the sinks, write the summary, the registry row and the report as far as the disk allows: a
+        failure here never hides the run's own error. Returns the first failure of the sinks or the summary."""
+        first = None
+        for what, step in [*((type(sink).__name__, sink.close) for sink in sinks),
+                           ("summary.json", self._write_summary), ("the run registry", self._register),
+                           ("report.md / curves.png", lambda: write_report(self.run_dir))]:
+            try:
+                step()
+            except Exception as exc:
+                self.log.warning("%s not written:\n%s", what, traceback.format_exc())
+                # a plotting problem never fails a run; a full disk does
+                if first is None and (what != "report.md / curves.png" or is_disk_full(exc)):
+                    first = exc
+        return first
+
+    def _failure(self, exc: Exception) -> str:
+        """The one line the user sees for a run that failed."""
+        if not is_disk_full(exc):
+            return f"{type(exc).__name__}: {exc}"
+        saved = ckpt.last_step(self.run_dir / "checkpoints")
+        if self.summary["status"] == "finished":
+            then = f"training finished: free some space, then `rlfoundry report {self.run_dir}`"
+        elif saved is None:
+            then = "no checkpoint was saved"
+        else:
+            then = (f"the checkpoint of step {saved:,} is intact: free some space, then "
+                    f"`rlfoundry train --resume {self.run_dir}`")
+        return f"disk full while writing {exc.filename}; {then}"
 
     def _train(self, sinks: list) -> None:
         cfg = self.cfg

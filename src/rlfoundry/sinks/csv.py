@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from rlfoundry.sinks.files import writing
+
 # Always present, so every run's file has the same leading columns.
 LEADING = ("global_step", "wall_time", "sps", "train/episode_return", "train/episode_length", "train/episodes",
            "eval/return_mean", "eval/return_std", "eval/length_mean")
@@ -34,7 +36,7 @@ class CSVSink:
     def _rewrite(self) -> None:
         if self.handle is not None:
             self.handle.close()
-        self.handle = self.path.open("w", newline="")
+        self.handle = open(self.path, "w", newline="")  # kept open for the whole run
         self.writer = csv.writer(self.handle)
         self.writer.writerow(self.columns)
         for row in self.rows:
@@ -44,12 +46,13 @@ class CSVSink:
         row = {"global_step": step, **metrics}
         self.rows.append(row)
         new = [key for key in row if key not in self.columns]
-        if new or self.handle is None:
-            self.columns += sorted(new)
-            self._rewrite()
-        else:
-            self.writer.writerow([self._format(row.get(c)) for c in self.columns])
-        self.handle.flush()
+        with writing(self.path):
+            if new or self.handle is None:
+                self.columns += sorted(new)
+                self._rewrite()
+            else:
+                self.writer.writerow([self._format(row.get(c)) for c in self.columns])
+            self.handle.flush()
 
     def close(self) -> None:
         if self.handle is not None:
