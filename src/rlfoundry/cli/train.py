@@ -18,6 +18,7 @@ def train(
     run_dir: Annotated[Optional[str], typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (train.device).")] = None,
     resume: Annotated[Optional[str], typer.Option(help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
+    profile: Annotated[bool, typer.Option("--profile", help="Profile a few iterations: profile.json and profile.md in the run directory (train.profile=true).")] = False,
 ) -> None:
     """Train an agent and write a run directory (or continue one with --resume)."""
     from rlfoundry.run.launch import train as launch
@@ -27,6 +28,8 @@ def train(
     for key, value in (("train.seed", seed), ("train.total_timesteps", total_timesteps), ("train.device", device)):
         if value is not None:
             extra.append(f"{key}={value}")
+    if profile:
+        extra.append("train.profile=true")
     try:
         path, summary = launch(spec, extra, run_dir, console=err(), resume=resume)
     except ConfigError as exc:

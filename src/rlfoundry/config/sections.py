@@ -147,6 +147,11 @@ class TrainConfig(StrictModel):
         "GPUs), emulated and about 10x slower elsewhere. auto: bf16 for image encoders on such hardware, else fp32.",
     )
 
+    profile: bool = Field(
+        False, description="Record a few iterations after warm-up with torch.profiler: profile.json (a Chrome/Perfetto "
+        "trace) and profile.md (the env/act/learn split, the top ops by self time) in the run directory.",
+    )
+
     @field_validator("torch_threads", mode="before")
     @classmethod
     def _threads(cls, value):

@@ -10,6 +10,7 @@ run is marked `stopped` (a second Ctrl-C interrupts at once).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -35,6 +36,7 @@ from rlfoundry.envs import state as envs_state
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import hardware
 from rlfoundry.run.evaluate import evaluate
+from rlfoundry.run.profiling import IterationProfiler
 from rlfoundry.run.registry import Registry, RegistryError
 from rlfoundry.run.report import write_report
 from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
@@ -248,10 +250,12 @@ class Trainer:
         p = progress
         saved_at = None
         start = time.perf_counter() - p.wall_time
+        profiler = IterationProfiler(self.run_dir, self.device, title, self.log) if cfg.train.profile else None
         try:
             while p.global_step < total:
                 tick = time.perf_counter()
-                result = agent.iterate(train_envs, p.global_step / total)
+                with profiler.iteration() if profiler else contextlib.nullcontext():
+                    result = agent.iterate(train_envs, p.global_step / total)
                 iteration_time = time.perf_counter() - tick
                 p.train_time += iteration_time
                 p.global_step += result.steps
@@ -291,6 +295,8 @@ class Trainer:
                     best = row["eval/return_mean"] if improved and cfg.checkpoint.save_best else None
                     self._save(agent, train_envs, p, best)
                     saved_at = p.global_step
+                if profiler is not None:
+                    profiler.after(p.global_step, row)
                 if stopping:
                     self.summary["status"] = "stopped"
                     self.log.info("stopped by %s at step %d; checkpoint saved", self.stop_signal, p.global_step)
@@ -300,6 +306,8 @@ class Trainer:
                                   row["eval/return_mean"], threshold, p.global_step)
                     break
         finally:
+            if profiler is not None:
+                profiler.close(p.global_step)
             wall = time.perf_counter() - start
             self.summary.update(wall_time_s=wall, sps=p.global_step / wall if wall > 0 else None)
             agent.close()
