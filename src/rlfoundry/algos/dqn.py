@@ -165,7 +165,7 @@ class DQN(Agent):
         with self.autocast():
             q_taken = self.q(obs).gather(-1, tensor(batch.actions).long().unsqueeze(-1)).squeeze(-1)
         loss, stats = dqn_loss(q_taken, targets, tensor(batch.weights))
-        self.optimizer.update(loss)
+        self.optimizer.update(loss, stats)
         if algo.prioritized:
             self.replay.update_priorities(batch.indices, (q_taken.detach() - targets).abs().cpu().numpy())
         return stats

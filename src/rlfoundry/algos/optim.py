@@ -11,6 +11,7 @@ views. Loading a module state dict copies into the views, so it stays consistent
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -19,9 +20,59 @@ from torch import nn
 from rlfoundry.nets.flat import flatten_parameters
 
 
+class DebugChecks:
+    """`train.debug`'s checks of every update (see `debug_checks`): the loss and its named terms finite before the
+    backward pass, every parameter's gradient finite after it, and the latest per-layer gradient and weight norms."""
+
+    def __init__(self) -> None:
+        self.norms: dict[str, float] = {}
+
+    def check(self, optimizer: FlatOptimizer, loss: torch.Tensor, terms: dict[str, torch.Tensor]) -> None:
+        for name, value in {**terms, "loss": loss}.items():
+            if not bool(torch.isfinite(value).all()):
+                raise FloatingPointError(f"{name} is {_bad(value)} at update {optimizer.updates + 1} "
+                                         f"of the {optimizer.label} optimizer (before the backward pass)")
+
+    def after_backward(self, optimizer: FlatOptimizer) -> None:
+        for name, param in optimizer.named:  # per parameter tensor: a layer's weight, its bias
+            if not bool(torch.isfinite(param.grad).all()):
+                raise FloatingPointError(f"the gradient of {optimizer.label}.{name} is {_bad(param.grad)} at update "
+                                         f"{optimizer.updates + 1} (the loss was finite)")
+            self.norms[f"debug/grad_norm/{optimizer.label}.{name}"] = float(torch.linalg.vector_norm(param.grad))
+            self.norms[f"debug/weight_norm/{optimizer.label}.{name}"] = float(torch.linalg.vector_norm(param.detach()))
+
+
+def _bad(tensor: torch.Tensor) -> str:
+    """What is wrong with a tensor that is not finite: NaN, inf or both, and where."""
+    nan = torch.isnan(tensor)
+    kind = "NaN" if bool(nan.any()) else "inf"
+    if tensor.dim() == 0:
+        return kind
+    where = (nan if kind == "NaN" else torch.isinf(tensor)).nonzero()[0].tolist()
+    return f"{kind} (first at index {tuple(where)} of shape {tuple(tensor.shape)})"
+
+
+_debug: DebugChecks | None = None  # set while `debug_checks()` is active
+
+
+@contextlib.contextmanager
+def debug_checks():
+    """While active, every FlatOptimizer update is checked (DebugChecks): yields the checks, whose `norms` hold
+    the latest per-layer norms. Off, an update pays one test of a module global."""
+    global _debug
+    previous, _debug = _debug, DebugChecks()
+    try:
+        yield _debug
+    finally:
+        _debug = previous
+
+
 class FlatOptimizer:
     def __init__(self, module: nn.Module, lr: float, eps: float, max_grad_norm: float | None, kind: str = "adam",
                  rmsprop_alpha: float = 0.99):
+        self.label = type(module).__name__  # names the parameters in debug messages and norms
+        self.named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        self.updates = 0
         self.flat = flatten_parameters(module)
         self.max_grad_norm = max_grad_norm
         if kind == "adam":
@@ -35,11 +86,17 @@ class FlatOptimizer:
     def set_lr(self, lr: float) -> None:
         self.optimizer.param_groups[0]["lr"] = lr
 
-    def update(self, loss: torch.Tensor) -> torch.Tensor:
-        """One step on `loss`: clear, backward, clip the global norm, Adam. Returns the norm before clipping."""
+    def update(self, loss: torch.Tensor, terms: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """One step on `loss`: clear, backward, clip the global norm, Adam. Returns the norm before clipping.
+        `terms`: the loss's named parts (e.g. loss/value), which debug mode checks and names."""
         grad = self.flat.grad
         grad.zero_()
+        if _debug is not None:
+            _debug.check(self, loss, terms or {})
         loss.backward()
+        if _debug is not None:
+            _debug.after_backward(self)
+        self.updates += 1
         norm = torch.linalg.vector_norm(grad)
         if self.max_grad_norm is not None:
             grad.mul_((self.max_grad_norm / (norm + 1e-6)).clamp_(max=1.0))

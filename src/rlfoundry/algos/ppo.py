@@ -209,7 +209,7 @@ class PPO(Agent):
                 if algo.target_kl is not None and stats["diag/approx_kl"] > 1.5 * algo.target_kl:
                     stopped_early = True
                     break
-                self.optimizer.update(loss)
+                self.optimizer.update(loss, stats)
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 updates += 1

@@ -132,7 +132,7 @@ class REINFORCE(Agent):
                 entropy = entropy.detach()
             loss, stats = reinforce_loss(logprobs, targets, values if algo.baseline else None, returns, entropy,
                                          algo.vf_coef, ent_coef)
-            self.optimizer.update(loss)
+            self.optimizer.update(loss, stats)
             metrics.update({key: float(value) for key, value in stats.items()})
         return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
 

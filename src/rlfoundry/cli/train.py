@@ -18,6 +18,7 @@ def train(
     run_dir: Annotated[Optional[str], typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (train.device).")] = None,
     resume: Annotated[Optional[str], typer.Option(help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="A quick run with debug checks (NaN/inf named where they first appear, anomaly detection), per-layer norms, verbose lines and a profile; a small budget unless one is given.")] = False,
     profile: Annotated[bool, typer.Option("--profile", help="Profile a few iterations: profile.json and profile.md in the run directory (train.profile=true).")] = False,
 ) -> None:
     """Train an agent and write a run directory (or continue one with --resume)."""
@@ -31,7 +32,7 @@ def train(
     if profile:
         extra.append("train.profile=true")
     try:
-        path, summary = launch(spec, extra, run_dir, console=err(), resume=resume)
+        path, summary = launch(spec, extra, run_dir, console=err(), resume=resume, debug=debug)
     except ConfigError as exc:
         fail(str(exc))
     except RunFailed as exc:

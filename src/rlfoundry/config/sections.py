@@ -152,6 +152,13 @@ class TrainConfig(StrictModel):
         "trace) and profile.md (the env/act/learn split, the top ops by self time) in the run directory.",
     )
 
+    debug: bool = Field(
+        False, description="Debug checks: autograd anomaly detection; observations, rewards, actions, loss terms and "
+        "gradients checked finite at every step and update (the first NaN/inf stops the run, named); per-layer "
+        "gradient and weight norms in the metrics; a log line per iteration. `--debug` also sets a small budget "
+        "and train.profile.",
+    )
+
     @field_validator("torch_threads", mode="before")
     @classmethod
     def _threads(cls, value):

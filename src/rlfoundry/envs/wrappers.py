@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import VectorEnv, VectorObservationWrapper
+from gymnasium.vector import VectorEnv, VectorObservationWrapper, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
 from rlfoundry.config.errors import ConfigError
@@ -62,3 +62,38 @@ class MaskObservation(VectorObservationWrapper):
 
     def observations(self, observations: np.ndarray) -> np.ndarray:
         return observations[:, self.index]  # [B, D] → [B, kept]
+
+
+class FiniteCheck(VectorWrapper):
+    """`train.debug`: fails at the first observation, reward or action that is NaN or infinite, naming it, the env
+    and the env step (counted over all envs, as the trainer's steps are). Observations are checked as the agent
+    sees them, after any normalisation."""
+
+    def __init__(self, env: VectorEnv):
+        super().__init__(env)
+        self.steps = 0  # env steps so far (all envs): plain state, so it is checkpointed with the envs
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._check("observation", obs, "after reset")
+        return obs, info
+
+    def step(self, actions):
+        self._check("action", actions, f"at step {self.steps:,}")
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        self.steps += self.num_envs
+        self._check("observation", obs, f"at step {self.steps:,}")
+        self._check("reward", rewards, f"at step {self.steps:,}")
+        return obs, rewards, terminated, truncated, info
+
+    @staticmethod
+    def _check(what: str, values, when: str) -> None:
+        values = np.asarray(values)
+        if values.dtype.kind != "f":  # integer observations and actions are always finite
+            return
+        bad = ~np.isfinite(values)
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            kind = "NaN" if np.isnan(values[index]) else "inf"
+            raise FloatingPointError(f"{what} of env {index[0]} is {kind} {when}"
+                                     + (f" (element {index[1:]})" if len(index) > 1 else ""))

@@ -12,7 +12,9 @@ The profiler slows the recorded iterations somewhat, the op-heavy learning more 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,21 @@ TOP_OPS = 25
 RANGE = "iteration"  # the trace's named range around each iteration (its self time is Python, not ops)
 PARTS = (("env", "stepping the envs"), ("act", "the policy choosing actions"),
          ("learn", "losses, backward passes, optimizer steps"))
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Kineto writes a `USDT: ... profiler_start` / `profiler_stop` line straight to file descriptor 2 whatever its
+    log level: keep those two calls off the user's console."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class IterationProfiler:
@@ -81,12 +98,14 @@ class IterationProfiler:
     def _start(self, step: int) -> None:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         self.profiler = profile(activities=activities)
-        self.profiler.__enter__()
+        with _quiet_native_stderr():
+            self.profiler.__enter__()
         self.started, self.first_step = time.perf_counter(), step
 
     def _finish(self, step: int) -> None:
         seconds = time.perf_counter() - self.started
-        self.profiler.__exit__(None, None, None)
+        with _quiet_native_stderr():
+            self.profiler.__exit__(None, None, None)
         self.done = True
         if not self.rows:
             return

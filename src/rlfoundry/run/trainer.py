@@ -31,9 +31,12 @@ from rich.markup import escape
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import ALGORITHMS
+from rlfoundry.algos.optim import debug_checks
 from rlfoundry.config.sections import Provenance
 from rlfoundry.envs import state as envs_state
+from rlfoundry.envs.wrappers import FiniteCheck
 from rlfoundry.run import checkpoint as ckpt
+from rlfoundry.run import debug
 from rlfoundry.run import hardware
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.run.profiling import IterationProfiler
@@ -116,7 +119,8 @@ class Trainer:
         if started is not None and cfg.train.precision == "auto" and started.precision:
             precision = started.precision
         train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision})
-        return cfg.model_copy(update={"train": train}), warning
+        run_cfg, self.in_process_note = debug.in_process(cfg.model_copy(update={"train": train}))
+        return run_cfg, warning
 
     def _write_config(self, vectorization: str) -> None:
         git = git_commit()
@@ -217,14 +221,22 @@ class Trainer:
         if self.precision_warning:
             self.log.warning(self.precision_warning)
             self.console.print(f"[yellow]warning:[/] {escape(self.precision_warning)}", highlight=False)
+        if cfg.train.debug:
+            echo = debug.ConsoleEcho(self.console)
+            self.log.addHandler(echo)
+            self.log.setLevel(logging.DEBUG)
+        if self.in_process_note:
+            self.log.info(self.in_process_note)
         checkpoint = self.resume
-        env_cfg = cfg.env
+        env_cfg = run_cfg.env
         if checkpoint is not None:
             if cfg.provenance is not None and env_cfg.vectorization == "auto":
                 # the vectorization the run chose, not a new measurement: the saved env state is for it
                 env_cfg = env_cfg.model_copy(update={"vectorization": cfg.provenance.vectorization})
         gamma = getattr(cfg.algo, "gamma", 0.99)
         train_envs, spec = envs_lib.make(env_cfg, gamma=gamma)
+        if cfg.train.debug:
+            train_envs = FiniteCheck(train_envs)
         eval_num_envs = cfg.eval.num_envs or min(cfg.eval.episodes, 16)
         eval_envs, _ = envs_lib.make(env_cfg, eval_num_envs, evaluation=True)
         agent = ALGORITHMS[cfg.algo.name](run_cfg, spec, self.device)
@@ -236,6 +248,10 @@ class Trainer:
         self.log.info("env %s: %d envs, %s vectorization; device %s, %d torch threads, %s; %s",
                       cfg.env.id, spec.num_envs, spec.vectorization, self.device, run_cfg.train.torch_threads,
                       run_cfg.train.precision, self.hardware.describe())
+
+        if cfg.train.debug:
+            for line in debug.describe_shapes(spec, ckpt.split_agent_state(agent.state_dict())[0]):
+                self.log.debug(line)
 
         resume_step = None if checkpoint is None else progress.global_step
         if cfg.logging.csv:
@@ -251,11 +267,18 @@ class Trainer:
         saved_at = None
         start = time.perf_counter() - p.wall_time
         profiler = IterationProfiler(self.run_dir, self.device, title, self.log) if cfg.train.profile else None
+        checking = contextlib.ExitStack()  # debug mode's checks, on for the loop
+        checks = checking.enter_context(debug_checks()) if cfg.train.debug else None
+        if cfg.train.debug:
+            checking.enter_context(torch.autograd.set_detect_anomaly(True, check_nan=True))
         try:
             while p.global_step < total:
                 tick = time.perf_counter()
-                with profiler.iteration() if profiler else contextlib.nullcontext():
-                    result = agent.iterate(train_envs, p.global_step / total)
+                try:
+                    with profiler.iteration() if profiler else contextlib.nullcontext():
+                        result = agent.iterate(train_envs, p.global_step / total)
+                except FloatingPointError as exc:  # from debug mode's checks: say which iteration
+                    raise FloatingPointError(f"{exc} (in the iteration from step {p.global_step:,})") from None
                 iteration_time = time.perf_counter() - tick
                 p.train_time += iteration_time
                 p.global_step += result.steps
@@ -269,6 +292,7 @@ class Trainer:
                     "train/episodes": len(result.episode_returns),
                     "train/return_mean": _mean(p.recent),
                     **result.metrics,
+                    **(checks.norms if checks is not None else {}),
                 }
                 finished = p.global_step >= total  # the final evaluation happens in this row
                 improved = False
@@ -297,6 +321,7 @@ class Trainer:
                     saved_at = p.global_step
                 if profiler is not None:
                     profiler.after(p.global_step, row)
+                self.log.debug("%s", debug.iteration_line(p.global_step, row))
                 if stopping:
                     self.summary["status"] = "stopped"
                     self.log.info("stopped by %s at step %d; checkpoint saved", self.stop_signal, p.global_step)
@@ -306,6 +331,7 @@ class Trainer:
                                   row["eval/return_mean"], threshold, p.global_step)
                     break
         finally:
+            checking.close()
             if profiler is not None:
                 profiler.close(p.global_step)
             wall = time.perf_counter() - start
