@@ -76,6 +76,12 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
+def compiled(fn, setting: bool | str):
+    """`fn` through torch.compile when `train.compile` resolved to true (the first calls then compile, for tens of
+    seconds on a CPU); `fn` itself otherwise (false, or an unresolved auto)."""
+    return torch.compile(fn) if setting is True else fn
+
+
 # ---------------------------------------------------------------- shared by the on-policy actor-critics
 # (PPO, A2C, REINFORCE): agents with `policy` (an ActorCritic), `optimizer` (a FlatOptimizer), `collector`
 # (a RolloutCollector, or None before the first iteration) and `resume_collector`.

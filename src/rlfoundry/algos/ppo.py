@@ -31,8 +31,8 @@ import torch
 from pydantic import Field, PositiveInt, field_validator
 
 from rlfoundry.algos.base import (
-    Agent, Iteration, Memory, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
-    rollout_collector,
+    Agent, Iteration, Memory, actor_critic_state, autocast, compiled, finish_iteration, load_actor_critic_state,
+    predict_actions, rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatches
@@ -174,6 +174,9 @@ class PPO(Agent):
         self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
         self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
         self.autocast = lambda: autocast(device, cfg.train.precision)
+        self.minibatch_loss = compiled(self._minibatch_loss, cfg.train.compile)
+        if cfg.train.compile is True:
+            self.policy.act = compiled(self.policy.act, True)  # acting, as the collector calls it
 
     def iterate(self, envs, progress: float) -> Iteration:
         algo = self.algo
@@ -191,21 +194,12 @@ class PPO(Agent):
 
         lr, clip_coef, ent_coef = algo.lr(progress), algo.clip_coef(progress), algo.ent_coef(progress)
         self.optimizer.set_lr(lr)
+        coefs = torch.tensor([clip_coef, ent_coef], device=self.device)  # tensors, not constants: a compiled loss is not rebuilt per value
         totals: dict[str, torch.Tensor] = {}
         updates, stopped_early = 0, False
         for _ in range(algo.update_epochs):
             for mb in epoch():
-                old_logprobs, old_values, mb_adv, mb_returns = mb.targets
-                with self.autocast():
-                    logprobs, entropy, values = evaluate_minibatch(self.policy, mb)
-                if ent_coef == 0:
-                    entropy = entropy.detach()  # reported only: no backward pass through it
-                if algo.norm_adv and len(mb_adv) > 1:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                loss, stats = ppo_loss(
-                    logprobs, old_logprobs, mb_adv, values, old_values, mb_returns, entropy,
-                    clip_coef, algo.vf_coef, ent_coef, algo.clip_vloss,
-                )
+                loss, stats = self.minibatch_loss(mb, coefs, ent_coef != 0)
                 if algo.target_kl is not None and stats["diag/approx_kl"] > 1.5 * algo.target_kl:
                     stopped_early = True
                     break
@@ -226,6 +220,20 @@ class PPO(Agent):
             "diag/ent_coef": ent_coef,
         })
         return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
+
+    def _minibatch_loss(self, mb, coefs: torch.Tensor, learn_entropy: bool) -> tuple[torch.Tensor, dict]:
+        """The loss of one minibatch and its stats, from the policy's forward pass on it (compiled with
+        train.compile). `coefs`: [clip_coef, ent_coef]."""
+        algo = self.algo
+        old_logprobs, old_values, mb_adv, mb_returns = mb.targets
+        with self.autocast():
+            logprobs, entropy, values = evaluate_minibatch(self.policy, mb)
+        if not learn_entropy:
+            entropy = entropy.detach()  # reported only: no backward pass through it
+        if algo.norm_adv and len(mb_adv) > 1:
+            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+        return ppo_loss(logprobs, old_logprobs, mb_adv, values, old_values, mb_returns, entropy,
+                        coefs[0], algo.vf_coef, coefs[1], algo.clip_vloss)
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         return predict_actions(self, obs, deterministic, memory)

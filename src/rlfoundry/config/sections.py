@@ -147,6 +147,11 @@ class TrainConfig(StrictModel):
         "GPUs), emulated and about 10x slower elsewhere. auto: bf16 for image encoders on such hardware, else fp32.",
     )
 
+    compile: bool | Literal["auto"] = Field(
+        "auto", description="torch.compile the acting and learning functions (PPO). The first iterations then "
+        "compile, for tens of seconds on a CPU. auto: where it was measured to pay off (see the README's "
+        "\"Threads and precision\"); resolved once and kept on resume.",
+    )
     profile: bool = Field(
         False, description="Record a few iterations after warm-up with torch.profiler: profile.json (a Chrome/Perfetto "
         "trace) and profile.md (the env/act/learn split, the top ops by self time) in the run directory.",
@@ -208,5 +213,6 @@ class Provenance(StrictModel):
     device: str | None = None
     torch_threads: int | None = None  # train.torch_threads resolved (auto: from the hardware), kept on resume
     precision: str | None = None  # train.precision resolved, kept on resume
+    compile: bool | None = None  # train.compile resolved, kept on resume
     hardware: str | None = None  # the CPU (model, vector extensions), cores and GPU the run started on
     vectorization: str | None = None

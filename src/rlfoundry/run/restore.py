@@ -65,9 +65,11 @@ def load_for_evaluation(run_dir: Path, which: str = "last", num_envs: int | None
 
     run_dir = Path(run_dir)
     cfg = run_config(run_dir)
-    if cfg.train.precision == "auto":  # what this machine runs natively, as a new run here would
+    precision = cfg.train.precision
+    if precision == "auto":  # what this machine runs natively, as a new run here would
         precision, _ = hardware.resolve_precision("auto", torch.device(device), cfg.network, hardware.detect())
-        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"precision": precision})})
+    # evaluation runs eagerly: compiling would cost more than the few episodes it speeds up
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"precision": precision, "compile": False})})
     path = ckpt.resolve(run_dir, which)
     checkpoint = ckpt.load(path)
     envs, spec = envs_lib.make(cfg.env, num_envs or cfg.env.num_envs, evaluation=True, render_mode=render_mode)

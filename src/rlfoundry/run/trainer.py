@@ -118,7 +118,10 @@ class Trainer:
             threads = started.torch_threads
         if started is not None and cfg.train.precision == "auto" and started.precision:
             precision = started.precision
-        train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision})
+        compile_ = hardware.resolve_compile(cfg.train.compile, cfg.algo.name, cfg.network, cfg.train.total_timesteps)
+        if started is not None and cfg.train.compile == "auto" and started.compile is not None:
+            compile_ = started.compile
+        train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision, "compile": compile_})
         run_cfg, self.in_process_note = debug.in_process(cfg.model_copy(update={"train": train}))
         return run_cfg, warning
 
@@ -127,7 +130,8 @@ class Trainer:
         self.cfg.provenance = Provenance(
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), versions=self.summary["versions"], git_commit=git["commit"],
             git_dirty=git["dirty"], device=str(self.device), torch_threads=self.run_cfg.train.torch_threads,
-            precision=self.run_cfg.train.precision, hardware=self.hardware.describe(), vectorization=vectorization,
+            precision=self.run_cfg.train.precision, compile=self.run_cfg.train.compile,
+            hardware=self.hardware.describe(), vectorization=vectorization,
         )
         write_yaml(self.run_dir / "config.yaml", self.cfg.model_dump(mode="json", by_alias=True))
 
@@ -245,9 +249,9 @@ class Trainer:
             self._write_config(spec.vectorization)
         else:
             progress = self._restore(checkpoint, agent, train_envs)
-        self.log.info("env %s: %d envs, %s vectorization; device %s, %d torch threads, %s; %s",
+        self.log.info("env %s: %d envs, %s vectorization; device %s, %d torch threads, %s%s; %s",
                       cfg.env.id, spec.num_envs, spec.vectorization, self.device, run_cfg.train.torch_threads,
-                      run_cfg.train.precision, self.hardware.describe())
+                      run_cfg.train.precision, ", compiled" if run_cfg.train.compile else "", self.hardware.describe())
 
         if cfg.train.debug:
             for line in debug.describe_shapes(spec, ckpt.split_agent_state(agent.state_dict())[0]):

@@ -1,0 +1,72 @@
+"""train.compile: the compiled acting and learning functions compute what the eager ones do, and `auto` resolves
+by the measured rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rlfoundry.algos.ppo import PPO
+from rlfoundry.buffers.rollout import Minibatch
+from rlfoundry.envs import make
+from rlfoundry.run import hardware
+from rlfoundry.spec.load import load_config
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_compiled_ppo_gives_the_eager_losses_and_actions(env_id):
+    torch.manual_seed(0)
+    agents = {}
+    for setting in (False, True):
+        cfg = load_config(f"{env_id}:ppo", ["train.device=cpu", f"train.compile={str(setting).lower()}"])
+        envs, spec = make(cfg.env, 1)
+        envs.close()
+        agents[setting] = PPO(cfg, spec, torch.device("cpu"))
+    agents[True].policy.load_state_dict(agents[False].policy.state_dict())
+
+    rng = np.random.default_rng(0)
+    n = 64
+    obs = torch.as_tensor(np.stack([spec.observation_space.sample() for _ in range(n)]), dtype=torch.float32)
+    if spec.discrete:
+        actions = torch.as_tensor(rng.integers(spec.action_space.n, size=n))
+    else:
+        actions = torch.as_tensor(rng.uniform(-1, 1, size=(n, *spec.action_space.shape)), dtype=torch.float32)
+    targets = tuple(torch.as_tensor(rng.normal(size=n), dtype=torch.float32) for _ in range(4))
+    batch = Minibatch(obs, actions, targets)
+    coefs = torch.tensor([0.2, 0.01])
+    results = {}
+    for setting, agent in agents.items():
+        loss, stats = agent.minibatch_loss(batch, coefs, True)
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in agent.policy.parameters()])
+        results[setting] = (loss.detach(), stats, grads)
+    eager, compiled = results[False], results[True]
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-6)
+    for key in eager[1]:
+        torch.testing.assert_close(compiled[1][key], eager[1][key], rtol=1e-5, atol=1e-6, msg=key)
+    torch.testing.assert_close(compiled[2], eager[2], rtol=1e-4, atol=1e-6)
+
+    with torch.no_grad():  # acting: the same distribution, so the same log-probabilities and values
+        torch.manual_seed(1)
+        eager_out = agents[False].policy.act(obs[:8])[0]
+        torch.manual_seed(1)
+        compiled_out = agents[True].policy.act(obs[:8])[0]
+    torch.testing.assert_close(compiled_out.values, eager_out.values, rtol=1e-5, atol=1e-6)
+    eager_lp = agents[False].policy.evaluate(obs[:8], compiled_out.actions)[0]
+    torch.testing.assert_close(compiled_out.logprobs, eager_lp, rtol=1e-5, atol=1e-5)
+
+
+def test_compile_auto_resolves_by_algorithm_core_and_budget(monkeypatch):
+    monkeypatch.setattr(hardware, "has_cpp_compiler", lambda: True)
+    cfg = load_config("CartPole-v1:ppo")
+    long, short = hardware.COMPILE_PAYS_FROM, hardware.COMPILE_PAYS_FROM - 1
+    assert hardware.resolve_compile("auto", "ppo", cfg.network, long) is True
+    assert hardware.resolve_compile("auto", "ppo", cfg.network, short) is False
+    assert hardware.resolve_compile("auto", "dqn", cfg.network, long) is False
+    lstm = cfg.network.model_copy(update={"core": "lstm"})
+    assert hardware.resolve_compile("auto", "ppo", lstm, long) is False
+    assert hardware.resolve_compile(True, "dqn", cfg.network, 1) is True
+    assert hardware.resolve_compile(False, "ppo", cfg.network, long) is False
+    monkeypatch.setattr(hardware, "has_cpp_compiler", lambda: False)  # inductor could not build its kernels
+    assert hardware.resolve_compile("auto", "ppo", cfg.network, long) is False
