@@ -12,3 +12,20 @@ def is_timing(column: str) -> bool:
 def quiet():
     """Overrides that keep test runs small and silent."""
     return ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu"]
+
+
+def pytest_configure(config):
+    """A pytest-xdist worker shares the machine with the others, as concurrent runs do: its runs' `auto` threads
+    resolve to its share (RLFOUNDRY_CONCURRENT_RUNS), and so do torch's threads for tests that build nets directly."""
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
+        return
+    import os
+
+    import torch
+
+    from rlfoundry.run.hardware import SHARE_VARIABLE, usable_cores
+
+    workers = int(worker["workercount"])
+    os.environ.setdefault(SHARE_VARIABLE, str(workers))
+    torch.set_num_threads(max(1, usable_cores() // workers))

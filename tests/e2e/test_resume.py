@@ -28,12 +28,17 @@ CASES = {
                                         "algo.minibatch_size=128", "algo.update_epochs=2", "checkpoint.every_steps=1024",
                                         "eval.every_steps=2048", "eval.episodes=2", "env.max_episode_steps=300"], 2_600),
 }
+# Many processes at once: under pytest-xdist these tests take turns on one worker (with the async SAC ones).
+pytestmark = pytest.mark.xdist_group("processes")
+
 COMMON = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "eval.stop_at_threshold=false"]
 
 
 def cli(*args: str, cwd: Path) -> subprocess.Popen:
-    # Two runs train at once here (whole and cut): they share the cores, as `auto` threads are told this way.
-    env = {**os.environ, "NO_COLOR": "1", "RLFOUNDRY_CONCURRENT_RUNS": "2"}
+    # Two runs train at once here (whole and cut): they share the cores (this test worker's share, under xdist),
+    # as `auto` threads are told this way.
+    shared = 2 * int(os.environ.get("RLFOUNDRY_CONCURRENT_RUNS", "1"))
+    env = {**os.environ, "NO_COLOR": "1", "RLFOUNDRY_CONCURRENT_RUNS": str(shared)}
     return subprocess.Popen([sys.executable, "-m", "rlfoundry.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

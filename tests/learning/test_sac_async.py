@@ -23,6 +23,9 @@ import rlfoundry
 from rlfoundry.algos.sac import SAC
 from rlfoundry.run.trainer import RunFailed
 
+# Actor processes: under pytest-xdist these tests take turns on one worker (with the resume ones).
+pytestmark = pytest.mark.xdist_group("processes")
+
 # two actors of one env each, short and small: the process handling is what these runs test
 SHORT = ["env.num_envs=2", "algo.async_actors=2", "algo.learning_starts=64", "algo.batch_size=32",
          "network.hidden_sizes=[32,32]", "train.total_timesteps=400", "eval.every_steps=0", "eval.episodes=1"]
