@@ -150,7 +150,7 @@ class TrainConfig(StrictModel):
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the acting and learning functions (PPO). The first iterations then "
         "compile, for tens of seconds on a CPU. auto: where it was measured to pay off (see the README's "
-        "\"Threads and precision\"); resolved once and kept on resume.",
+        "\"Threads, precision and compilation\"); resolved once and kept on resume.",
     )
     profile: bool = Field(
         False, description="Record a few iterations after warm-up with torch.profiler: profile.json (a Chrome/Perfetto "

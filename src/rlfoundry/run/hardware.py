@@ -6,7 +6,7 @@ about ten times slower than fp32, and oneDNN has no bf16 LSTM) to CPUs with AVX-
 - Threads (`auto`): the cores this process may use (its CPU affinity, a cgroup CPU quota, and a share of them when
   `RLFOUNDRY_CONCURRENT_RUNS` runs share the machine), for networks where more threads pay off: image encoders
   and MLPs at least `WIDE_LAYER` units wide. Smaller networks run on one thread: their operations are too small
-  to split, and the extra threads only add synchronisation (see the README's "Threads and precision").
+  to split, and the extra threads only add synchronisation (see the README's "Threads, precision and compilation").
 - Precision (`auto`): bf16 autocast where the device runs bfloat16 natively (a CUDA device that supports it; a CPU
   with AVX-512 BF16 or AMX) and the network has an image encoder, where it was measured to pay off; fp32 elsewhere.
   An explicit `bf16` without native support trains on, with a warning naming the CPU and the expected slowdown.
