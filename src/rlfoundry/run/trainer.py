@@ -192,15 +192,16 @@ class Trainer:
         """Close the sinks, write the summary, the registry row and the report as far as the disk allows: a
         failure here never hides the run's own error. Returns the first failure of the sinks or the summary."""
         first = None
-        for what, step in [*((type(sink).__name__, sink.close) for sink in sinks),
-                           ("summary.json", self._write_summary), ("the run registry", self._register),
-                           ("report.md / curves.png", lambda: write_report(self.run_dir))]:
+        steps = [*((type(sink).__name__, sink.close, True) for sink in sinks),
+                 ("summary.json", self._write_summary, True), ("the run registry", self._register, True),
+                 # a plotting problem never fails a run; a full disk does
+                 ("report.md / curves.png", lambda: write_report(self.run_dir), False)]
+        for what, step, fails_run in steps:
             try:
                 step()
             except Exception as exc:
                 self.log.warning("%s not written:\n%s", what, traceback.format_exc())
-                # a plotting problem never fails a run; a full disk does
-                if first is None and (what != "report.md / curves.png" or is_disk_full(exc)):
+                if first is None and (fails_run or is_disk_full(exc)):
                     first = exc
         return first
 
@@ -325,7 +326,8 @@ class Trainer:
                     saved_at = p.global_step
                 if profiler is not None:
                     profiler.after(p.global_step, row)
-                self.log.debug("%s", debug.iteration_line(p.global_step, row))
+                if checks is not None:  # debug mode: a line per iteration
+                    self.log.debug("%s", debug.iteration_line(p.global_step, row))
                 if stopping:
                     self.summary["status"] = "stopped"
                     self.log.info("stopped by %s at step %d; checkpoint saved", self.stop_signal, p.global_step)
