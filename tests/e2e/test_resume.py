@@ -27,6 +27,9 @@ CASES = {
     "hopper": ("Hopper-v5:ppo", 6_144, ["env.num_envs=2", "env.vectorization=sync", "algo.num_steps=256",
                                         "algo.minibatch_size=128", "algo.update_epochs=2", "checkpoint.every_steps=1024",
                                         "eval.every_steps=2048", "eval.episodes=2", "env.max_episode_steps=300"], 2_600),
+    # one run across two processes (--nproc 2), normalisation statistics merged over the ranks every iteration
+    "cartpole-2ranks": ("CartPole-v1:ppo", 24_576, ["--nproc", "2", "env.normalize_obs=true", "env.normalize_reward=true",
+                                                    "checkpoint.every_steps=2048", "eval.every_steps=4096"], 9_000),
 }
 # Many processes at once: under pytest-xdist these tests take turns on one worker (with the async SAC ones).
 pytestmark = pytest.mark.xdist_group("processes")
@@ -57,7 +60,8 @@ def last_step(path: Path) -> int:
 
 
 @pytest.mark.parametrize("case, stop", [("cartpole", "SIGKILL"), ("cartpole", "SIGTERM"), ("hopper", "SIGKILL"),
-                                        ("dqn", "SIGKILL"), ("sac", "SIGKILL")])
+                                        ("dqn", "SIGKILL"), ("sac", "SIGKILL"), ("cartpole-2ranks", "SIGKILL"),
+                                        ("cartpole-2ranks", "SIGTERM")])
 def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
     spec, total, overrides, kill_at = CASES[case]
     args = [spec, "--total-timesteps", str(total), *COMMON, *overrides]

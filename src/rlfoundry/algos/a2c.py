@@ -109,7 +109,7 @@ class A2C(Agent):
         if ent_coef == 0:
             entropy = entropy.detach()  # reported only: no backward pass through it
         loss, stats = a2c_loss(logprobs, advantages, values, returns, entropy, algo.vf_coef, ent_coef)
-        grad_norm = self.optimizer.update(loss, stats)
+        grad_norm = self.optimizer.update(loss, stats, samples=len(advantages))
 
         metrics = {key: float(value) for key, value in stats.items()}
         metrics.update({

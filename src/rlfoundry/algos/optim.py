@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlfoundry.algos import ranks
 from rlfoundry.nets.flat import flatten_parameters
 
 
@@ -40,6 +41,13 @@ class DebugChecks:
                                          f"{optimizer.updates + 1} (the loss was finite)")
             self.norms[f"debug/grad_norm/{optimizer.label}.{name}"] = float(torch.linalg.vector_norm(param.grad))
             self.norms[f"debug/weight_norm/{optimizer.label}.{name}"] = float(torch.linalg.vector_norm(param.detach()))
+
+    def after_step(self, optimizer: FlatOptimizer) -> None:
+        """Across processes: every rank must hold the same parameters after every update."""
+        gap = ranks.differing(optimizer.flat)
+        if gap != 0.0:
+            raise FloatingPointError(f"the ranks' {optimizer.label} parameters differ by up to {gap:.3g} after update "
+                                     f"{optimizer.updates}: they no longer learn in lockstep")
 
 
 def _bad(tensor: torch.Tensor) -> str:
@@ -75,6 +83,7 @@ class FlatOptimizer:
         self.updates = 0
         self.flat = flatten_parameters(module)
         self.max_grad_norm = max_grad_norm
+        self._reduce_buffer: torch.Tensor | None = None  # the gradient and its weight, all-reduced across processes
         if kind == "adam":
             fused = self.flat.device.type in ("cpu", "cuda")
             self.optimizer: torch.optim.Optimizer = torch.optim.Adam([self.flat], lr=lr, eps=eps, fused=fused)
@@ -86,21 +95,34 @@ class FlatOptimizer:
     def set_lr(self, lr: float) -> None:
         self.optimizer.param_groups[0]["lr"] = lr
 
-    def update(self, loss: torch.Tensor, terms: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def update(self, loss: torch.Tensor | None, terms: dict[str, torch.Tensor] | None = None,
+               samples: float = 1.0) -> torch.Tensor | None:
         """One step on `loss`: clear, backward, clip the global norm, Adam. Returns the norm before clipping.
-        `terms`: the loss's named parts (e.g. loss/value), which debug mode checks and names."""
+        `terms`: the loss's named parts (e.g. loss/value), which debug mode checks and names.
+
+        Across processes (`rlfoundry.algos.ranks`) the gradient is first averaged over the ranks, weighted by
+        `samples` (what this rank's loss averaged over); a rank without samples passes loss None and 0 so that it
+        still takes its part. Returns None, and nobody steps, when no rank had a sample."""
         grad = self.flat.grad
         grad.zero_()
-        if _debug is not None:
-            _debug.check(self, loss, terms or {})
-        loss.backward()
-        if _debug is not None:
-            _debug.after_backward(self)
+        if loss is not None:
+            if _debug is not None:
+                _debug.check(self, loss, terms or {})
+            loss.backward()
+            if _debug is not None:
+                _debug.after_backward(self)
+        if ranks.world() > 1:
+            if self._reduce_buffer is None:
+                self._reduce_buffer = grad.new_zeros(grad.numel() + 1)
+            if not ranks.average_gradient(grad, self._reduce_buffer, samples if loss is not None else 0.0):
+                return None
         self.updates += 1
         norm = torch.linalg.vector_norm(grad)
         if self.max_grad_norm is not None:
             grad.mul_((self.max_grad_norm / (norm + 1e-6)).clamp_(max=1.0))
         self.optimizer.step()
+        if _debug is not None:
+            _debug.after_step(self)
         return norm
 
     def state_dict(self) -> dict[str, Any]:

@@ -34,8 +34,9 @@ from rlfoundry.algos.base import (
     Agent, Iteration, Memory, actor_critic_state, autocast, compiled, finish_iteration, load_actor_critic_state,
     predict_actions, rollout_collector,
 )
+from rlfoundry.algos import ranks
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatches
+from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatch_count, minibatches
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets import build_actor_critic
@@ -189,8 +190,10 @@ class PPO(Agent):
         )
         returns = advantages + rollout.values
 
+        # across processes every rank takes the same number of updates
+        count = ranks.agreed_min(minibatch_count(rollout.valid, self.minibatch_samples))
         epoch = minibatches(rollout, (rollout.logprobs, rollout.values, advantages, returns), rollout.valid,
-                            self.policy, self.minibatch_samples, algo.sequence_length)
+                            self.policy, self.minibatch_samples, algo.sequence_length, count)
 
         lr, clip_coef, ent_coef = algo.lr(progress), algo.clip_coef(progress), algo.ent_coef(progress)
         self.optimizer.set_lr(lr)
@@ -200,10 +203,10 @@ class PPO(Agent):
         for _ in range(algo.update_epochs):
             for mb in epoch():
                 loss, stats = self.minibatch_loss(mb, coefs, ent_coef != 0)
-                if algo.target_kl is not None and stats["diag/approx_kl"] > 1.5 * algo.target_kl:
+                if algo.target_kl is not None and ranks.agreed_mean(stats["diag/approx_kl"]) > 1.5 * algo.target_kl:
                     stopped_early = True
                     break
-                self.optimizer.update(loss, stats)
+                self.optimizer.update(loss, stats, samples=len(mb.actions))
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 updates += 1

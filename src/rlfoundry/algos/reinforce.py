@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
+from rlfoundry.algos import ranks
 from rlfoundry.algos.base import (
     Agent, Iteration, Memory, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
     rollout_collector,
@@ -132,8 +133,10 @@ class REINFORCE(Agent):
                 entropy = entropy.detach()
             loss, stats = reinforce_loss(logprobs, targets, values if algo.baseline else None, returns, entropy,
                                          algo.vf_coef, ent_coef)
-            self.optimizer.update(loss, stats)
+            self.optimizer.update(loss, stats, samples=used)
             metrics.update({key: float(value) for key, value in stats.items()})
+        elif ranks.world() > 1:  # nothing to learn from here, but the other ranks' update needs this one's part
+            self.optimizer.update(None, samples=0)
         return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:

@@ -115,7 +115,7 @@ class RolloutCollector:
         self.truncated = np.zeros(shape, dtype=np.float32)
         self.valid = np.zeros(shape, dtype=bool)
         if resume is None:
-            self.next_obs, _ = envs.reset(seed=env_seed(seed))
+            self.next_obs, _ = envs.reset(seed=env_seed(seed) + spec.first_env)
             self.prev_done = np.zeros(spec.num_envs, dtype=bool)
         else:
             self.next_obs, self.prev_done = resume["next_obs"].copy(), resume["prev_done"].copy()
@@ -257,8 +257,13 @@ class Minibatch(NamedTuple):
     learned: torch.Tensor | None = None
 
 
+def minibatch_count(learned: torch.Tensor, minibatch_rows: int | None) -> int:
+    """How many minibatches of `minibatch_rows` (None: one, the whole rollout) the learned rows [T, B] make."""
+    return 1 if minibatch_rows is None else max(1, round(int(learned.sum()) / minibatch_rows))
+
+
 def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: torch.Tensor, policy,
-                minibatch_rows: int | None = None, sequence_length: int | None = None):
+                minibatch_rows: int | None = None, sequence_length: int | None = None, count: int | None = None):
     """A function that yields one epoch of shuffled minibatches of the rollout's rows where `learned` [T, B] is
     true (reset rows never are), with `targets` ([T, B] each) alongside: as many minibatches as `minibatch_rows`
     fit in the learned rows (None: one, the whole rollout).
@@ -266,9 +271,9 @@ def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: to
     Feed-forward policies get rows. Recurrent ones get whole sequences: each env's rollout cut into chunks of
     `sequence_length` (default: the whole rollout), cut again at episode starts (`split_at_episode_starts`),
     each replayed from its stored memory or a fresh one; there are then at most as many minibatches as sequences.
+    `count`: the number of minibatches, when it is given (the ranks of a run across processes agree on one).
     """
-    learned_count = int(learned.sum())
-    count = 1 if minibatch_rows is None else max(1, round(learned_count / minibatch_rows))
+    count = count or minibatch_count(learned, minibatch_rows)
     if not policy.recurrent:
         index = learned.flatten().nonzero().squeeze(-1)
         rows = [x.flatten(0, 1)[index] for x in (rollout.obs, rollout.actions, *targets)]

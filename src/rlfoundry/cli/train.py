@@ -20,6 +20,7 @@ def train(
     resume: Annotated[Optional[str], typer.Option(help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="A quick run with debug checks (NaN/inf named where they first appear, anomaly detection), per-layer norms, verbose lines and a profile; a small budget unless one is given.")] = False,
     profile: Annotated[bool, typer.Option("--profile", help="Profile a few iterations: profile.json and profile.md in the run directory (train.profile=true).")] = False,
+    nproc: Annotated[Optional[int], typer.Option(help="One run across N processes of this machine (PPO, A2C, REINFORCE): each steps env.num_envs envs, gradients averaged every update. Under torchrun, leave it out.")] = None,
 ) -> None:
     """Train an agent and write a run directory (or continue one with --resume)."""
     from rlfoundry.run.launch import train as launch
@@ -32,7 +33,7 @@ def train(
     if profile:
         extra.append("train.profile=true")
     try:
-        path, summary = launch(spec, extra, run_dir, console=err(), resume=resume, debug=debug)
+        path, summary = launch(spec, extra, run_dir, console=err(), resume=resume, debug=debug, nproc=nproc)
     except ConfigError as exc:
         fail(str(exc))
     except RunFailed as exc:
@@ -40,6 +41,8 @@ def train(
     except KeyboardInterrupt:
         err().print("[yellow]stopped[/]")
         raise typer.Exit(130)
+    if path is None:  # a rank other than 0 under torchrun: rank 0 reports the run
+        return
     if summary["status"] == "stopped":
         err().print(f"[yellow]stopped[/] at step {summary['total_steps']:,}; checkpoint in {path / 'checkpoints'}",
                     highlight=False)

@@ -216,3 +216,4 @@ class Provenance(StrictModel):
     compile: bool | None = None  # train.compile resolved, kept on resume
     hardware: str | None = None  # the CPU (model, vector extensions), cores and GPU the run started on
     vectorization: str | None = None
+    processes: int | None = None  # the run's processes (--nproc, torchrun): a resume runs as many

@@ -24,7 +24,7 @@ from gymnasium.wrappers import vector as vw
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
-from rlfoundry.envs.wrappers import MaskObservation, mask_obs_space
+from rlfoundry.envs.wrappers import FiniteCheck, MaskObservation, mask_obs_space
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
 ASYNC_STEP_SECONDS = 2e-3
@@ -39,6 +39,7 @@ class EnvSpec:
     observation_space: spaces.Box  # single env
     action_space: spaces.Space  # single env: Discrete or Box
     vectorization: str
+    first_env: int = 0  # of a run across processes: this process's first env among the run's (its seeds follow)
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -240,13 +241,16 @@ def make(
     evaluation: bool = False,
     vectorization: str | None = None,
     render_mode: str | None = None,
+    first_env: int = 0,
+    check_finite: bool = False,
 ) -> tuple[VectorEnv, EnvSpec]:
     """Build the vector env described by `env_cfg` (an `EnvConfig`) and its `EnvSpec`.
 
     Wrappers, inner to outer: masked observations (`mask_obs`) → episode statistics (true returns)
     → observation normalisation (+clip) → reward normalisation (+clip, training only). Evaluation envs
     never update the observation statistics; the trainer copies them from the training envs (`copy_obs_stats`).
-    Seeding happens at `reset(seed=...)`: sub-env i gets seed + i.
+    Seeding happens at `reset(seed=...)`: sub-env i gets seed + i, or seed + first_env + i for the envs of one
+    process of a run across processes (`EnvSpec.first_env`). `check_finite` (debug mode) adds `FiniteCheck` outside.
     """
     register_optional_families()
     num_envs = num_envs or env_cfg.num_envs
@@ -271,7 +275,9 @@ def make(
     if env_cfg.normalize_reward and not evaluation:
         envs = vw.NormalizeReward(envs, gamma=gamma)
         envs = vw.ClipReward(envs, -env_cfg.clip_reward, env_cfg.clip_reward)
-    spec = EnvSpec(env_cfg.id, num_envs, envs.single_observation_space, envs.single_action_space, mode)
+    if check_finite:
+        envs = FiniteCheck(envs)
+    spec = EnvSpec(env_cfg.id, num_envs, envs.single_observation_space, envs.single_action_space, mode, first_env)
     return envs, spec
 
 

@@ -128,13 +128,14 @@ def detect() -> Hardware:
                     gpu=gpu, gpu_bf16=gpu_bf16)
 
 
-def share_of_cores(hardware: Hardware, environ=os.environ) -> int:
-    """This run's cores: all usable ones, or an equal share when `RLFOUNDRY_CONCURRENT_RUNS` runs share them."""
+def share_of_cores(hardware: Hardware, environ=os.environ, processes: int = 1) -> int:
+    """This process's cores: all usable ones, or an equal share when `RLFOUNDRY_CONCURRENT_RUNS` runs share them,
+    and again of that when the run has `processes` processes on this machine (`--nproc`)."""
     try:
         runs = max(1, int(environ.get(SHARE_VARIABLE, "1")))
     except ValueError:
         runs = 1
-    return max(1, hardware.cores // runs)
+    return max(1, hardware.cores // (runs * max(1, processes)))
 
 
 def wants_threads(network) -> bool:
@@ -143,11 +144,12 @@ def wants_threads(network) -> bool:
     return network.encoder in IMAGE_ENCODERS or max(network.hidden_sizes, default=0) >= WIDE_LAYER
 
 
-def resolve_threads(requested: int | str, network, hardware: Hardware, environ=os.environ) -> int:
-    """`train.torch_threads`: a number stays; `auto` is this run's share of the cores where threads pay off, else 1."""
+def resolve_threads(requested: int | str, network, hardware: Hardware, environ=os.environ, processes: int = 1) -> int:
+    """`train.torch_threads`: a number stays; `auto` is this process's share of the cores (`share_of_cores`) where
+    threads pay off, else 1."""
     if requested != "auto":
         return int(requested)
-    return share_of_cores(hardware, environ) if wants_threads(network) else 1
+    return share_of_cores(hardware, environ, processes) if wants_threads(network) else 1
 
 
 def native_bf16(device: torch.device, hardware: Hardware) -> bool:

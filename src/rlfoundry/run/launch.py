@@ -7,6 +7,7 @@ from typing import Any
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.run.checkpoint import load, resolve
+from rlfoundry.run import distributed
 from rlfoundry.run.debug import debug_config
 from rlfoundry.run.restore import resumable_run, run_config
 from rlfoundry.run.rundir import new_run_dir
@@ -16,7 +17,8 @@ from rlfoundry.spec.schema import ExperimentConfig
 
 
 def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | Path | None = None,
-          console=None, resume: str | Path | None = None, debug: bool = False) -> tuple[Path, dict[str, Any]]:
+          console=None, resume: str | Path | None = None, debug: bool = False,
+          nproc: int | None = None) -> tuple[Path | None, dict[str, Any]]:
     """Train from a SPEC (`ENV_ID:VARIANT` or a YAML path) or an `ExperimentConfig`; or, with `resume`
     (a run directory, or `@last` for the newest run under ./runs), continue a stopped run from its last
     checkpoint with its own config.
@@ -24,9 +26,24 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
     `debug`: the debug run (`rlfoundry.run.debug`): checks, a profile, and a small budget unless the overrides
     set train.total_timesteps.
 
+    `nproc`: one run across this many processes of this machine (`rlfoundry.run.distributed`); a resumed run
+    runs as many as it started with. Under torchrun the group is torchrun's: rank 0 returns as here, the other
+    ranks return (None, {}) once the run ends.
+
     Returns the run directory and its summary. The CLI's `rlfoundry train` calls exactly this.
     Raises `ConfigError` for bad input (nothing created) and `RunFailed` for failures at run time.
     """
+    group = distributed.torchrun_group()
+    if nproc is not None and (nproc < 1 or (group is not None and nproc != group.world)):
+        raise ConfigError(f"--nproc {nproc}: " + ("must be at least 1" if nproc < 1 else
+                          f"torchrun started {group.world} processes; leave out --nproc under torchrun"))
+    if group is not None and not group.main:  # everything comes from rank 0
+        distributed.join(group)
+        try:
+            distributed.follow(group)
+        finally:
+            distributed.leave()
+        return None, {}
     if resume is not None:
         if spec_or_cfg is not None or overrides or run_dir is not None:
             raise ConfigError("--resume continues a run with its own config.yaml: give no SPEC, overrides or --run-dir")
@@ -35,7 +52,12 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
         path = resumable_run(resume)
         cfg = run_config(path)
         checkpoint = load(resolve(path, "last"))  # a corrupt or foreign checkpoint is bad input: exit 2, nothing touched
-        return path, Trainer(cfg, path, console, resume=checkpoint).run()
+        started = (cfg.provenance.processes if cfg.provenance else None) or 1
+        world = group.world if group else nproc or started
+        if world != started:
+            raise ConfigError(f"--resume {resume}: this run was trained with {started} process(es); "
+                              f"resume it with as many (--nproc {started})")
+        return path, _run(cfg, path, console, checkpoint, group, world)
     if spec_or_cfg is None:
         raise ConfigError("nothing to train: give a SPEC (ENV_ID:VARIANT or an experiment YAML) or --resume RUN_DIR")
     if isinstance(spec_or_cfg, ExperimentConfig):
@@ -45,7 +67,29 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
     if debug:
         budget_given = any(item.partition("=")[0].strip() == "train.total_timesteps" for item in overrides or [])
         cfg = debug_config(cfg, budget_given)
+    world = group.world if group else nproc or 1
+    distributed.check(cfg, world)
     path = new_run_dir(cfg.logging.runs_root, cfg.env.id, cfg.variant, cfg.train.seed,
                        None if run_dir is None else str(run_dir))
-    trainer = Trainer(cfg, path, console)
-    return path, trainer.run()
+    return path, _run(cfg, path, console, None, group, world)
+
+
+def _run(cfg: ExperimentConfig, path: Path, console, checkpoint, group, world: int) -> dict[str, Any]:
+    """Train on this process (rank 0 of `world`): starting the other ranks first for --nproc, joining torchrun's."""
+    if world == 1:
+        return Trainer(cfg, path, console, resume=checkpoint).run()
+    local: list = []
+    ended = False
+    try:
+        if group is None:  # --nproc: this process is rank 0 of ranks on this machine
+            group = distributed.Group(0, world, world)
+            local, port = distributed.start_local_ranks(world)
+            distributed.join(group, f"tcp://127.0.0.1:{port}")
+        else:
+            distributed.join(group)
+        summary = Trainer(cfg, path, console, resume=checkpoint, group=group).run()
+        ended = True
+        return summary
+    finally:
+        distributed.leave()
+        distributed.stop_local_ranks(local, timeout=30.0 if ended else 2.0)  # after a failure, nobody waits

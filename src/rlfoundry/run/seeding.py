@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,3 +26,22 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device = 'cuda': no CUDA device is available here; allowed: auto, cpu")
     return torch.device(name)
+
+
+def rng_state() -> tuple[dict[str, Any], dict[str, np.ndarray], torch.Tensor]:
+    """Python's, NumPy's and torch's global RNG states, for a checkpoint: (JSON values, NumPy arrays, torch's)."""
+    np_state = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    values = {"numpy_rng": {"pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+              "python_rng": {"version": py_version, "internal": list(py_internal), "gauss": py_gauss}}
+    return values, {"numpy_rng_keys": np_state[1]}, torch.get_rng_state()
+
+
+def set_rng_state(values: dict[str, Any], arrays: dict[str, np.ndarray], torch_state: torch.Tensor) -> None:
+    """The inverse of `rng_state`."""
+    torch.set_rng_state(torch_state)
+    numpy_rng = values["numpy_rng"]
+    np.random.set_state(("MT19937", arrays["numpy_rng_keys"], numpy_rng["pos"], numpy_rng["has_gauss"],
+                         numpy_rng["cached"]))
+    python_rng = values["python_rng"]
+    random.setstate((python_rng["version"], tuple(python_rng["internal"]), python_rng["gauss"]))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import random
 import signal
 import sys
 import threading
@@ -34,16 +33,15 @@ from rlfoundry.algos import ALGORITHMS
 from rlfoundry.algos.optim import debug_checks
 from rlfoundry.config.sections import Provenance
 from rlfoundry.envs import state as envs_state
-from rlfoundry.envs.wrappers import FiniteCheck
 from rlfoundry.run import checkpoint as ckpt
-from rlfoundry.run import debug
+from rlfoundry.run import debug, distributed
 from rlfoundry.run import hardware
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.run.profiling import IterationProfiler
 from rlfoundry.run.registry import Registry, RegistryError
 from rlfoundry.run.report import write_report
 from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
-from rlfoundry.run.seeding import resolve_device, seed_everything
+from rlfoundry.run.seeding import resolve_device, rng_state, seed_everything, set_rng_state
 from rlfoundry.run.video import record_video
 from rlfoundry.sinks import CSVSink, TensorBoardSink
 from rlfoundry.sinks.console import ConsoleSink
@@ -79,10 +77,12 @@ def _mean(values) -> float | None:
 
 class Trainer:
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None,
-                 resume: ckpt.Checkpoint | None = None):
-        """`resume`: continue the run in `run_dir` from this checkpoint (`cfg` is the run's own config.yaml)."""
+                 resume: ckpt.Checkpoint | None = None, group: distributed.Group | None = None):
+        """`resume`: continue the run in `run_dir` from this checkpoint (`cfg` is the run's own config.yaml).
+        `group`: rank 0 of a run across processes (`rlfoundry.run.distributed`), whose process group is joined."""
         self.cfg = cfg
         self.resume = resume
+        self.group = group
         self.run_dir = Path(run_dir)
         self.console = console or Console(stderr=True)
         self.device = resolve_device(cfg.train.device)  # a config error: raised before anything is created
@@ -111,7 +111,8 @@ class Trainer:
         resume, taken from the run's provenance (so a resumed run computes as before); and a warning for bf16
         without native support."""
         cfg = self.cfg
-        threads = hardware.resolve_threads(cfg.train.torch_threads, cfg.network, self.hardware)
+        threads = hardware.resolve_threads(cfg.train.torch_threads, cfg.network, self.hardware,
+                                           processes=self.group.local_world if self.group else 1)
         precision, warning = hardware.resolve_precision(cfg.train.precision, self.device, cfg.network, self.hardware)
         started = cfg.provenance if self.resume is not None else None
         if started is not None and cfg.train.torch_threads == "auto" and started.torch_threads:
@@ -132,6 +133,7 @@ class Trainer:
             git_dirty=git["dirty"], device=str(self.device), torch_threads=self.run_cfg.train.torch_threads,
             precision=self.run_cfg.train.precision, compile=self.run_cfg.train.compile,
             hardware=self.hardware.describe(), vectorization=vectorization,
+            processes=self.group.world if self.group else 1,
         )
         write_yaml(self.run_dir / "config.yaml", self.cfg.model_dump(mode="json", by_alias=True))
 
@@ -207,9 +209,12 @@ class Trainer:
 
     def _failure(self, exc: Exception) -> str:
         """The one line the user sees for a run that failed."""
+        saved = ckpt.last_step(self.run_dir / "checkpoints")
+        if self.group is not None and distributed.peer_gone(exc):
+            then = "" if saved is None else f"; `rlfoundry train --resume {self.run_dir}` continues from step {saved:,}"
+            return f"another process of this run stopped (its message is above){then}"
         if not is_disk_full(exc):
             return f"{type(exc).__name__}: {exc}"
-        saved = ckpt.last_step(self.run_dir / "checkpoints")
         if self.summary["status"] == "finished":
             then = f"training finished: free some space, then `rlfoundry report {self.run_dir}`"
         elif saved is None:
@@ -239,9 +244,7 @@ class Trainer:
                 # the vectorization the run chose, not a new measurement: the saved env state is for it
                 env_cfg = env_cfg.model_copy(update={"vectorization": cfg.provenance.vectorization})
         gamma = getattr(cfg.algo, "gamma", 0.99)
-        train_envs, spec = envs_lib.make(env_cfg, gamma=gamma)
-        if cfg.train.debug:
-            train_envs = FiniteCheck(train_envs)
+        train_envs, spec = envs_lib.make(env_cfg, gamma=gamma, check_finite=cfg.train.debug)
         eval_num_envs = cfg.eval.num_envs or min(cfg.eval.episodes, 16)
         eval_envs, _ = envs_lib.make(env_cfg, eval_num_envs, evaluation=True)
         agent = ALGORITHMS[cfg.algo.name](run_cfg, spec, self.device)
@@ -250,9 +253,12 @@ class Trainer:
             self._write_config(spec.vectorization)
         else:
             progress = self._restore(checkpoint, agent, train_envs)
-        self.log.info("env %s: %d envs, %s vectorization; device %s, %d torch threads, %s%s; %s",
-                      cfg.env.id, spec.num_envs, spec.vectorization, self.device, run_cfg.train.torch_threads,
-                      run_cfg.train.precision, ", compiled" if run_cfg.train.compile else "", self.hardware.describe())
+        lockstep = self._start_ranks(agent, train_envs, spec, progress) if self.group else None
+        processes = f"{self.group.world} processes × " if self.group else ""
+        self.log.info("env %s: %s%d envs, %s vectorization; device %s, %d torch threads, %s%s; %s",
+                      cfg.env.id, processes, spec.num_envs, spec.vectorization, self.device,
+                      run_cfg.train.torch_threads, run_cfg.train.precision, ", compiled" if run_cfg.train.compile else "",
+                      self.hardware.describe())
 
         if cfg.train.debug:
             for line in debug.describe_shapes(spec, ckpt.split_agent_state(agent.state_dict())[0]):
@@ -284,6 +290,9 @@ class Trainer:
                         result = agent.iterate(train_envs, p.global_step / total)
                 except FloatingPointError as exc:  # from debug mode's checks: say which iteration
                     raise FloatingPointError(f"{exc} (in the iteration from step {p.global_step:,})") from None
+                if lockstep is not None:  # all ranks' steps and episodes, and a stop signal any of them got
+                    result, signalled = lockstep.report(result, self.stop_signal)
+                    self.stop_signal = self.stop_signal or signalled
                 iteration_time = time.perf_counter() - tick
                 p.train_time += iteration_time
                 p.global_step += result.steps
@@ -318,11 +327,14 @@ class Trainer:
                 solved = self.summary["solved_at_step"] is not None
                 stopping = self.stop_signal is not None
                 last = finished or stopping or (solved and cfg.eval.stop_at_threshold)
-                if last or p.global_step >= p.next_save or (improved and cfg.checkpoint.save_best):
+                save = last or p.global_step >= p.next_save or (improved and cfg.checkpoint.save_best)
+                if lockstep is not None:
+                    lockstep.decide(distributed.Decision(p.global_step, save, last))
+                if save:
                     while p.next_save <= p.global_step:
                         p.next_save += cfg.checkpoint.every_steps
                     best = row["eval/return_mean"] if improved and cfg.checkpoint.save_best else None
-                    self._save(agent, train_envs, p, best)
+                    self._save(agent, train_envs, p, best, lockstep)
                     saved_at = p.global_step
                 if profiler is not None:
                     profiler.after(p.global_step, row)
@@ -381,27 +393,29 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _save(self, agent, train_envs, progress: Progress, best_return: float | None) -> None:
-        """Everything a resumed run needs to continue as if never stopped."""
+    def _save(self, agent, train_envs, progress: Progress, best_return: float | None,
+              lockstep: distributed.Lockstep | None) -> None:
+        """Everything a resumed run needs to continue as if never stopped (across processes: every rank's part)."""
+        others = lockstep.gather(None, agent.optimizer.flat) if lockstep is not None else []
         weights, agent_arrays, rest = ckpt.split_agent_state(agent.state_dict())
         for name, tensor in weights.items():  # never checkpoint a diverged state: the last good one stays last
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise FloatingPointError(f"parameter {name} is not finite at step {progress.global_step}: "
                                          "training diverged")
-        rest["torch_rng"] = torch.get_rng_state()
-        np_state = np.random.get_state()
-        py_version, py_internal, py_gauss = random.getstate()
+        rngs, rng_arrays, rest["torch_rng"] = rng_state()
         env_state, arrays, why = (None, {}, agent.envs_elsewhere) if agent.envs_elsewhere else envs_state.capture(train_envs)
         arrays.update(agent_arrays)
-        arrays["numpy_rng_keys"] = np_state[1]
+        arrays.update(rng_arrays)
         state = {
             "summary": self.summary,
             "progress": progress.to_json(),
-            "numpy_rng": {"pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
-            "python_rng": {"version": py_version, "internal": list(py_internal), "gauss": py_gauss},
+            **rngs,
             "envs": env_state,
             "envs_not_captured": why,
         }
+        if lockstep is not None:
+            state["ranks"], rank_arrays = distributed.checkpoint_ranks(others)
+            arrays.update(rank_arrays)
         stats = envs_lib.obs_stats(train_envs)
         if stats is not None:  # evaluation and play need the observation statistics the policy was trained on
             arrays["obs_rms_mean"], arrays["obs_rms_var"], state["obs_rms_count"] = stats
@@ -410,6 +424,18 @@ class Trainer:
         path = ckpt.save(self.run_dir / "checkpoints", step, checkpoint, self.cfg.checkpoint.keep_last, best_return)
         self.log.info("checkpoint at step %d: %s%s", step, path.name, " (best)" if best_return is not None else "")
 
+    def _start_ranks(self, agent, train_envs, spec, progress: Progress) -> distributed.Lockstep:
+        """Send ranks 1 … N-1 the run: its resolved config, the agent (rank 0's initial or restored parameters), the
+        step, and on resume each rank's own saved state."""
+        states = None
+        if self.resume is not None:
+            states = distributed.saved_ranks(self.resume.state, self.resume.arrays, self.group.world)
+        shared = {key: value for key, value in agent.state_dict().items() if key != distributed.PER_PROCESS}
+        setup = {"cfg": self.run_cfg, "vectorization": spec.vectorization, "step": progress.global_step,
+                 "agent": distributed.detached(shared), "obs_stats": envs_lib.obs_stats(train_envs)}
+        distributed.share_setup(self.group, setup, states)
+        return distributed.Lockstep(self.group, distributed.running_statistics(train_envs))
+
     def _restore(self, checkpoint: ckpt.Checkpoint, agent, train_envs) -> Progress:
         """Put a run back in the state its last checkpoint recorded."""
         state = checkpoint.state
@@ -417,12 +443,7 @@ class Trainer:
             agent.load_state_dict(ckpt.agent_state(checkpoint))
         except (KeyError, RuntimeError, ValueError) as exc:
             raise ckpt.CheckpointError(f"the last checkpoint does not fit this run's agent ({exc})") from None
-        torch.set_rng_state(checkpoint.agent["torch_rng"])
-        numpy_rng = state["numpy_rng"]
-        np.random.set_state(("MT19937", checkpoint.arrays["numpy_rng_keys"], numpy_rng["pos"],
-                             numpy_rng["has_gauss"], numpy_rng["cached"]))
-        python_rng = state["python_rng"]
-        random.setstate((python_rng["version"], tuple(python_rng["internal"]), python_rng["gauss"]))
+        set_rng_state(state, checkpoint.arrays, checkpoint.agent["torch_rng"])
         if state["envs"] is not None:
             envs_state.restore(train_envs, state["envs"], checkpoint.arrays)
         else:
