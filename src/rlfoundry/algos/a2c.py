@@ -25,8 +25,8 @@ import torch
 from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import (
-    Agent, Iteration, Memory, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
-    rollout_collector,
+    Agent, Iteration, Memory, actor_critic_state, autocast, compile_policy, finish_iteration, load_actor_critic_state,
+    predict_actions, rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.algos.ppo import explained_variance
@@ -88,6 +88,7 @@ class A2C(Agent):
         self.collector = None
         self.resume_collector: dict[str, np.ndarray] | None = None
         self.autocast = lambda: autocast(device, cfg.train.precision)
+        compile_policy(self.policy, cfg.train.compile)
 
     def iterate(self, envs, progress: float) -> Iteration:
         algo = self.algo

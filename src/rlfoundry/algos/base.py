@@ -82,6 +82,23 @@ def compiled(fn, setting: bool | str):
     return torch.compile(fn) if setting is True else fn
 
 
+def compile_policy(policy, setting: bool | str, learning: bool = True) -> None:
+    """train.compile for an actor-critic: its acting (`act`, as the collector calls it) and, with `learning`, its
+    update's forward pass (`evaluate`) compiled in place; nothing when the setting is not true."""
+    if setting is True:
+        policy.act = compiled(policy.act, True)
+        if learning:
+            policy.evaluate = compiled(policy.evaluate, True)
+
+
+def compile_modules(setting: bool | str, *modules: torch.nn.Module) -> None:
+    """train.compile for agents whose update interleaves several networks and optimizers (DQN, SAC): each network's
+    forward pass compiled in place (its state dict keeps its names), for acting and learning alike."""
+    if setting is True:
+        for module in modules:
+            module.compile()
+
+
 # ---------------------------------------------------------------- shared by the on-policy actor-critics
 # (PPO, A2C, REINFORCE): agents with `policy` (an ActorCritic), `optimizer` (a FlatOptimizer), `collector`
 # (a RolloutCollector, or None before the first iteration) and `resume_collector`.

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Agent, Iteration, autocast, finish_iteration
+from rlfoundry.algos.base import Agent, Iteration, autocast, compile_modules, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers.replay import (
     PrioritizedReplayBuffer, ReplayBuffer, collect, load_replay_state, replay_state, start_envs,
@@ -106,6 +106,7 @@ class DQN(Agent):
         self.env_steps = 0
         self.next_target_update = self.algo.target_update_interval
         self.autocast = lambda: autocast(device, cfg.train.precision)
+        compile_modules(cfg.train.compile, self.q, self.target)
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode(), self.autocast():

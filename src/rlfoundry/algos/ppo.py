@@ -31,8 +31,8 @@ import torch
 from pydantic import Field, PositiveInt, field_validator
 
 from rlfoundry.algos.base import (
-    Agent, Iteration, Memory, actor_critic_state, autocast, compiled, finish_iteration, load_actor_critic_state,
-    predict_actions, rollout_collector,
+    Agent, Iteration, Memory, actor_critic_state, autocast, compile_policy, compiled, finish_iteration,
+    load_actor_critic_state, predict_actions, rollout_collector,
 )
 from rlfoundry.algos import ranks
 from rlfoundry.algos.optim import FlatOptimizer
@@ -175,9 +175,8 @@ class PPO(Agent):
         self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
         self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
         self.autocast = lambda: autocast(device, cfg.train.precision)
-        self.minibatch_loss = compiled(self._minibatch_loss, cfg.train.compile)
-        if cfg.train.compile is True:
-            self.policy.act = compiled(self.policy.act, True)  # acting, as the collector calls it
+        self.minibatch_loss = compiled(self._minibatch_loss, cfg.train.compile)  # the whole loss, not just the forward
+        compile_policy(self.policy, cfg.train.compile, learning=False)
 
     def iterate(self, envs, progress: float) -> Iteration:
         algo = self.algo

@@ -27,8 +27,8 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos import ranks
 from rlfoundry.algos.base import (
-    Agent, Iteration, Memory, actor_critic_state, autocast, finish_iteration, load_actor_critic_state, predict_actions,
-    rollout_collector,
+    Agent, Iteration, Memory, actor_critic_state, autocast, compile_policy, finish_iteration, load_actor_critic_state,
+    predict_actions, rollout_collector,
 )
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers.rollout import discounted_scan, evaluate_minibatch, minibatches
@@ -109,6 +109,7 @@ class REINFORCE(Agent):
         self.collector = None
         self.resume_collector: dict[str, np.ndarray] | None = None
         self.autocast = lambda: autocast(device, cfg.train.precision)
+        compile_policy(self.policy, cfg.train.compile)
 
     def iterate(self, envs, progress: float) -> Iteration:
         algo = self.algo

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Agent, Iteration, autocast, finish_iteration
+from rlfoundry.algos.base import Agent, Iteration, autocast, compile_modules, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers.replay import Collected, ReplayBuffer, collect, load_replay_state, replay_state, start_envs
 from rlfoundry.config.base import StrictModel
@@ -187,6 +187,7 @@ class SAC(Agent):
         self.env_steps = 0
         # fp32 needs no context at all: entering a disabled autocast costs 2 µs, eight times per gradient step
         self.autocast = (lambda: autocast(device, cfg.train.precision)) if cfg.train.precision != "fp32" else nullcontext
+        compile_modules(cfg.train.compile, self.actor, self.critic, self.critic_target)
         self.pool = None  # async: the actor processes, started at the first iteration
         self.owed = 0.0  # async: gradient steps owed for the rows received (the fraction carried over)
         self.gradient_steps_done = 0

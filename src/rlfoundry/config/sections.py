@@ -148,7 +148,7 @@ class TrainConfig(StrictModel):
     )
 
     compile: bool | Literal["auto"] = Field(
-        "auto", description="torch.compile the acting and learning functions (PPO). The first iterations then "
+        "auto", description="torch.compile the acting and learning functions (every algorithm). The first iterations then "
         "compile, for tens of seconds on a CPU. auto: where it was measured to pay off (see the README's "
         "\"Threads, precision and compilation\"); resolved once and kept on resume.",
     )
