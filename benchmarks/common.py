@@ -8,7 +8,38 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from rlfoundry.run.hardware import machine
+
+DEFAULTS = "defaults"  # --threads: each framework's own default (rlfoundry `auto`, SB3 torch's own count)
+TORCH_DEFAULT_THREADS = torch.get_num_threads()  # read before any run sets it: what SB3 gets when left alone
+
+
+def threads_arg(text: str) -> str | int:
+    """--threads: a positive count for both frameworks, or `defaults`."""
+    if text == DEFAULTS:
+        return text
+    count = int(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer or 'defaults'")
+    return count
+
+
+def rlfoundry_threads(threads: str | int) -> str:
+    """The `train.torch_threads` override for --threads."""
+    return f"train.torch_threads={'auto' if threads == DEFAULTS else threads}"
+
+
+def sb3_threads(threads: str | int) -> None:
+    """Set torch's threads for an SB3 run: --threads, or torch's own default (an earlier rlfoundry run in this
+    process may have changed it)."""
+    torch.set_num_threads(TORCH_DEFAULT_THREADS if threads == DEFAULTS else threads)
+
+
+def threads_label(threads: str | int) -> str:
+    return ("each framework's default torch threads (rlfoundry auto, SB3 "
+            f"{TORCH_DEFAULT_THREADS})" if threads == DEFAULTS else f"{threads} torch thread(s)")
 
 
 def sb3_missing(names: list[str]) -> bool:
@@ -47,7 +78,7 @@ def throughput(names: list[str], runners: dict, args, title: str) -> str:
             print(f"seed {seed} {name:{width}s}: {run['steps']:,} steps in {run['wall']:.1f} s "
                   f"({run['steps'] / run['wall']:,.0f} steps/s)", flush=True)
     sps = {name: statistics.median(r["steps"] / r["wall"] for r in runs) for name, runs in results.items()}
-    lines = [f"{title}, {args.seeds} seed(s), {args.threads} torch thread(s), {args.steps:,} steps per run", machine(), "",
+    lines = [f"{title}, {args.seeds} seed(s), {threads_label(args.threads)}, {args.steps:,} steps per run", machine(), "",
              "| framework | steps/s (median) | vs SB3 |", "|---|---:|---:|"]
     for name in names:
         ratio = f"{sps[name] / sps['sb3']:.2f}x" if "sb3" in sps else "-"
@@ -64,10 +95,16 @@ def parser(doc: str, seeds: int, steps: int, steps_help: str = "env steps per ru
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=seeds, help="seeds 1..N")
     parser.add_argument("--steps", type=int, default=steps, help=steps_help)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
+    add_threads(parser)
     parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
     parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
     return parser
+
+
+def add_threads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=threads_arg, default=DEFAULTS,
+                        help="torch threads for both frameworks, or 'defaults' (each its own: rlfoundry's auto, "
+                             "torch's default for SB3)")
 
 
 def side_by_side(args, runners: dict, title: str, extra: list[str] | None = None) -> int:

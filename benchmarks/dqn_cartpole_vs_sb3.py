@@ -6,7 +6,7 @@ over 16% of training, a 256x256 ReLU MLP, Huber loss, grad norm 10 (rlfoundry's 
 rlfoundry runs plain DQN here (`algo.double=false`) because SB3's DQN is not double.
 steps/s = env steps / wall time of training (construction excluded); no evaluation.
 
-Run:  python benchmarks/dqn_cartpole_vs_sb3.py [--steps 20000] [--seeds 2] [--threads 1] [--out results.md]
+Run:  python benchmarks/dqn_cartpole_vs_sb3.py [--steps 20000] [--seeds 2] [--threads defaults|N] [--out results.md]
 Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 """
 
@@ -15,23 +15,22 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-from common import parser, side_by_side
+from common import parser, rlfoundry_threads, sb3_threads, side_by_side
 
 
-def run_rlfoundry(seed: int, steps: int, threads: int) -> dict:
+def run_rlfoundry(seed: int, steps: int, threads: str | int) -> dict:
     from rlfoundry.bench.train import bench_train
 
-    overrides = ["train.device=cpu", f"train.torch_threads={threads}", "algo.double=false"]
+    overrides = ["train.device=cpu", rlfoundry_threads(threads), "algo.double=false"]
     result = bench_train("CartPole-v1:dqn", overrides, steps, seed)
     return {"steps": result["steps"], "wall": result["seconds"]}
 
 
-def run_sb3(seed: int, steps: int, threads: int) -> dict:
+def run_sb3(seed: int, steps: int, threads: str | int) -> dict:
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
 
-    torch.set_num_threads(threads)
+    sb3_threads(threads)
     model = DQN("MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=seed), learning_rate=2.3e-3, batch_size=64,
                 buffer_size=100_000, learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
                 gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,

@@ -8,11 +8,11 @@ reset, reward clipping.
     actions switched off so the emulator work matches SB3's NoFrameskip-v4 env.
   - SB3: `make_atari_env("BreakoutNoFrameskip-v4", n_envs=8)` (its AtariWrapper on a DummyVecEnv) and
     VecFrameStack(4), the setup of its documentation and of rl-zoo3.
-Both on the CPU with the same torch thread count, in fp32; with --bf16 rlfoundry also runs with
+Both on the CPU, each with its default torch threads (--threads N: both N), in fp32; with --bf16 rlfoundry also runs with
 `train.precision=bf16` (mixed precision; SB3 has no such option). steps/s = env steps / wall time of
 training (construction excluded); no evaluation.
 
-Run:  python benchmarks/ppo_breakout_vs_sb3.py [--steps 16384] [--seeds 1] [--threads 1] [--bf16] [--out results.md]
+Run:  python benchmarks/ppo_breakout_vs_sb3.py [--steps 16384] [--seeds 1] [--threads defaults|N] [--bf16] [--out results.md]
 Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 """
 
@@ -21,26 +21,25 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-from common import parser, side_by_side
+from common import parser, rlfoundry_threads, sb3_threads, side_by_side
 
 N_ENVS = 8
 
 
-def run_rlfoundry(seed: int, steps: int, threads: int, precision: str = "fp32") -> dict:
+def run_rlfoundry(seed: int, steps: int, threads: str | int, precision: str = "fp32") -> dict:
     from rlfoundry.bench.train import bench_train
 
-    overrides = ["train.device=cpu", f"train.torch_threads={threads}", "env.atari.repeat_action_probability=0.0",
+    overrides = ["train.device=cpu", rlfoundry_threads(threads), "env.atari.repeat_action_probability=0.0",
                  f"train.precision={precision}"]
     result = bench_train("ALE/Breakout-v5:ppo", overrides, steps, seed)
     return {"steps": result["steps"], "wall": result["seconds"]}
 
 
-def run_rlfoundry_bf16(seed: int, steps: int, threads: int) -> dict:
+def run_rlfoundry_bf16(seed: int, steps: int, threads: str | int) -> dict:
     return run_rlfoundry(seed, steps, threads, "bf16")
 
 
-def run_sb3(seed: int, steps: int, threads: int) -> dict:
+def run_sb3(seed: int, steps: int, threads: str | int) -> dict:
     import ale_py
     import gymnasium as gym
     from stable_baselines3 import PPO
@@ -48,7 +47,7 @@ def run_sb3(seed: int, steps: int, threads: int) -> dict:
     from stable_baselines3.common.vec_env import VecFrameStack
 
     gym.register_envs(ale_py)
-    torch.set_num_threads(threads)
+    sb3_threads(threads)
     envs = VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=N_ENVS, seed=seed), n_stack=4)
     model = PPO("CnnPolicy", envs, n_steps=128, n_epochs=4, batch_size=256, learning_rate=lambda p: 2.5e-4 * p,
                 clip_range=lambda p: 0.1 * p, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, gamma=0.99,

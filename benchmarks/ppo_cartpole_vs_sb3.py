@@ -3,8 +3,8 @@
 Both frameworks use rl-zoo3's tuned CartPole-v1 PPO settings: 8 envs, n_steps 32, one minibatch of 256,
 20 epochs, gamma 0.98, gae_lambda 0.8, lr linear 1e-3 -> 0, clip range linear 0.2 -> 0, ent_coef 0,
 separate 64x64 tanh actor and critic (SB3's MlpPolicy default; rlfoundry's CartPole-v1:ppo preset).
-Both run on the CPU, in one process, with the same torch thread count; each uses its own default
-vector env (rlfoundry: Gymnasium's numpy CartPole vector env; SB3: its DummyVecEnv).
+Both run on the CPU, in one process, each with its default torch threads (--threads N: both N); each uses
+its own default vector env (rlfoundry: Gymnasium's numpy CartPole vector env; SB3: its DummyVecEnv).
 
 Two measurements per framework and seed:
   1. throughput: train --steps env steps with no evaluation; steps/s = steps / wall time of training
@@ -12,7 +12,7 @@ Two measurements per framework and seed:
   2. time to solve: train up to --solve-steps, evaluating every 5,000 steps with 10 deterministic
      episodes on separate envs, stopping at the first mean return >= 475; wall time includes evaluation.
 
-Run:  python benchmarks/ppo_cartpole_vs_sb3.py [--seeds 3] [--steps 50000] [--threads 1] [--out results.md]
+Run:  python benchmarks/ppo_cartpole_vs_sb3.py [--seeds 3] [--steps 50000] [--threads defaults|N] [--out results.md]
 Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 """
 
@@ -25,10 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from rlfoundry.run.hardware import machine
-from common import frameworks, in_turn, sb3_missing
+from common import add_threads, frameworks, in_turn, rlfoundry_threads, sb3_missing, sb3_threads, threads_label
 
 SOLVED = 475.0
 EVAL_EVERY = 5_000
@@ -38,13 +36,13 @@ N_ENVS = 8
 
 # ---------------------------------------------------------------- rlfoundry
 
-def run_rlfoundry(seed: int, steps: int, threads: int, solve: bool, tmp: Path) -> dict:
+def run_rlfoundry(seed: int, steps: int, threads: str | int, solve: bool, tmp: Path) -> dict:
     import rlfoundry
     from rich.console import Console
     from rlfoundry.spec.load import load_config
 
     overrides = [
-        f"train.seed={seed}", "train.device=cpu", f"train.torch_threads={threads}", f"train.total_timesteps={steps}",
+        f"train.seed={seed}", "train.device=cpu", rlfoundry_threads(threads), f"train.total_timesteps={steps}",
         "logging.progress=false", "logging.tensorboard=false", f"logging.runs_root={tmp}",
         "eval.at_end=false",
     ]
@@ -65,12 +63,12 @@ def linear(start: float):
     return lambda progress_remaining: start * progress_remaining
 
 
-def run_sb3(seed: int, steps: int, threads: int, solve: bool, tmp: Path) -> dict:
+def run_sb3(seed: int, steps: int, threads: str | int, solve: bool, tmp: Path) -> dict:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
     from stable_baselines3.common.env_util import make_vec_env
 
-    torch.set_num_threads(threads)
+    sb3_threads(threads)
     model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=seed), n_steps=32, batch_size=256,
                 n_epochs=20, gae_lambda=0.8, gamma=0.98, learning_rate=linear(1e-3), clip_range=linear(0.2),
                 ent_coef=0.0, device="cpu", seed=seed, verbose=0)
@@ -108,7 +106,7 @@ def fmt_solve(runs: list[dict]) -> tuple[str, str, str]:
 def table(results: dict, args) -> str:
     sps = {name: statistics.median(r["steps"] / r["wall"] for r in res["sps"]) for name, res in results.items()}
     lines = [
-        f"PPO CartPole-v1, {args.seeds} seed(s), {args.threads} torch thread(s); throughput over {args.steps:,} steps, "
+        f"PPO CartPole-v1, {args.seeds} seed(s), {threads_label(args.threads)}; throughput over {args.steps:,} steps, "
         f"solve budget {args.solve_steps:,} steps (eval every {EVAL_EVERY:,}, {EVAL_EPISODES} episodes, >= {SOLVED:g})",
         machine(),
         "",
@@ -129,7 +127,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N")
     parser.add_argument("--steps", type=int, default=50_000, help="env steps for the throughput run")
     parser.add_argument("--solve-steps", type=int, default=100_000, help="env step budget for the solve run")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, both frameworks")
+    add_threads(parser)
     parser.add_argument("--only", choices=("both", "rlfoundry", "sb3"), default="both")
     parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
     args = parser.parse_args()
