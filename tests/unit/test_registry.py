@@ -302,3 +302,35 @@ def test_two_concurrent_writer_processes(tmp_path):
     assert sorted(r.seed for r in records) == sorted(1000 * k + i for k in (1, 2) for i in range(RUNS_PER_WRITER))
     assert all(r.status == "finished" and r.config_hash is not None for r in records)
     assert sorted(r.id for r in records) == list(range(1, 2 * RUNS_PER_WRITER + 1))
+
+
+def test_group_is_recorded_filtered_and_left_out_of_the_config_hash(tmp_path):
+    registry = Registry(tmp_path)
+    grouped = make_config(seed=1)
+    grouped["logging"]["group"] = "sweep-a"
+    registry.record_run(make_run(tmp_path / "a", grouped, make_summary()))
+    registry.record_run(make_run(tmp_path / "b", make_config(seed=2), make_summary(seed=2)))
+    assert [(r.seed, r.trial_group) for r in registry.query(sort="seed")] == [(1, "sweep-a"), (2, None)]
+    assert [r.seed for r in registry.query({"group": "sweep-a"})] == [1]
+    assert config_hash(grouped) == config_hash(make_config(seed=1))
+
+
+def test_a_version_1_registry_is_migrated_and_keeps_its_rows(tmp_path):
+    """A registry written before the group column (schema version 1) gains it on first use; its rows stay."""
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        conn.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, run_dir TEXT NOT NULL UNIQUE, "
+                     "env_id TEXT, algo TEXT, variant TEXT, seed INTEGER, config_hash TEXT, git_commit TEXT, "
+                     "status TEXT NOT NULL, started_at TEXT, ended_at TEXT, total_steps INTEGER, wall_time_s REAL, "
+                     "sps REAL, train_return_mean REAL, eval_return_mean REAL, eval_return_std REAL, "
+                     "best_eval_return REAL, solved_at_step INTEGER, recorded_at TEXT NOT NULL)")
+        conn.execute("INSERT INTO runs (run_dir, env_id, seed, status, recorded_at) "
+                     "VALUES ('/old/run', 'CartPole-v1', 4, 'finished', '2025-01-01T00:00:00+00:00')")
+        conn.execute("PRAGMA user_version = 1")
+    registry = Registry(tmp_path)
+    grouped = make_config(seed=5)
+    grouped["logging"]["group"] = "g"
+    registry.record_run(make_run(tmp_path / "new", grouped, make_summary(seed=5)))
+    assert [(r.run_dir, r.seed, r.trial_group) for r in registry.query(sort="seed")] == [
+        ("/old/run", 4, None), (str((tmp_path / "new").resolve()), 5, "g")]
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2

@@ -16,6 +16,7 @@ from rlfoundry.cli.presets import presets
 from rlfoundry.cli.report import report
 from rlfoundry.cli.runs import runs_app
 from rlfoundry.cli.train import train
+from rlfoundry.cli.trials import trials
 
 app = typer.Typer(
     add_completion=False,
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 app.command(context_settings={"allow_extra_args": False})(train)
 app.command()(presets)
+app.command("trials")(trials)
 app.command("eval", help="Evaluate a run's checkpoint: mean ± std return, optionally mp4 videos.")(evaluate_run)
 app.command("report", help="Regenerate a run's report.md and curves.png.")(report)
 app.add_typer(runs_app, name="runs")

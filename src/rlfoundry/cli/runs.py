@@ -1,4 +1,5 @@
-"""`rlfoundry runs ...`: list, show, compare, export and clean the runs recorded in the run registry.
+"""`rlfoundry runs ...`: list, show, compare, export and clean the runs recorded in the run registry, and verify
+that a run reproduces.
 
 Every command first scans the runs root, so runs made before the registry existed appear too. Bad
 input (an unknown id, sort key or format, a missing runs root) prints one `error:` line and exits 2.
@@ -26,7 +27,7 @@ runs_app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="The run registry: list, show, compare, export and clean recorded runs.",
+    help="The run registry: list, show, compare, export and clean recorded runs; verify that a run reproduces.",
 )
 
 RunsRoot = Annotated[Path, typer.Option("--runs-root", help="The runs root holding registry.sqlite (logging.runs_root).")]
@@ -35,6 +36,8 @@ AlgoFilter = Annotated[Optional[str], typer.Option("--algo", help="Algorithm nam
 VariantFilter = Annotated[Optional[str], typer.Option("--variant", help="Preset variant, e.g. ppo-lstm.")]
 StatusFilter = Annotated[Optional[str], typer.Option("--status", help="running | finished | failed | stopped.")]
 SeedFilter = Annotated[Optional[int], typer.Option("--seed", help="train.seed")]
+GroupFilter = Annotated[Optional[str], typer.Option("--group", help="logging.group: the runs of one `rlfoundry trials` "
+                                                                     "set (its directory's name).")]
 SortKey = Annotated[str, typer.Option("--sort", help="A column (id, env_id, seed, started_at, best_eval_return, ...) "
                                                      "or an alias (env, steps, started, eval, best).")]
 Descending = Annotated[bool, typer.Option("--desc/--asc", help="Sort order.")]
@@ -71,8 +74,8 @@ def _record(registry: Registry, run_id: int) -> RunRecord:
     return record
 
 
-def _filters(env, algo, variant, status, seed) -> dict[str, Any]:
-    return {"env": env, "algo": algo, "variant": variant, "status": status, "seed": seed}
+def _filters(env, algo, variant, status, seed, group) -> dict[str, Any]:
+    return {"env": env, "algo": algo, "variant": variant, "status": status, "seed": seed, "group": group}
 
 
 # ---------------------------------------------------------------------- list / show
@@ -81,12 +84,13 @@ def _filters(env, algo, variant, status, seed) -> dict[str, Any]:
 @runs_app.command("list")
 def list_runs(
     env: EnvFilter = None, algo: AlgoFilter = None, variant: VariantFilter = None, status: StatusFilter = None,
-    seed: SeedFilter = None, sort: SortKey = "id", descending: Descending = False, runs_root: RunsRoot = Path("runs"),
+    seed: SeedFilter = None, group: GroupFilter = None, sort: SortKey = "id", descending: Descending = False,
+    runs_root: RunsRoot = Path("runs"),
 ) -> None:
     """List recorded runs (filtered, sorted)."""
     with _user_errors():
         registry = _registry(runs_root)
-        records = registry.query(_filters(env, algo, variant, status, seed), sort, descending)
+        records = registry.query(_filters(env, algo, variant, status, seed, group), sort, descending)
     if not records:
         out().print(f"no runs match in {runs_root}", highlight=False)
         return
@@ -168,7 +172,8 @@ def export(
     fmt: Annotated[str, typer.Option("--format", help="csv | markdown | latex")] = "csv",
     out_path: Annotated[Optional[Path], typer.Option("--out", help="Write here instead of stdout.")] = None,
     env: EnvFilter = None, algo: AlgoFilter = None, variant: VariantFilter = None, status: StatusFilter = None,
-    seed: SeedFilter = None, sort: SortKey = "id", descending: Descending = False, runs_root: RunsRoot = Path("runs"),
+    seed: SeedFilter = None, group: GroupFilter = None, sort: SortKey = "id", descending: Descending = False,
+    runs_root: RunsRoot = Path("runs"),
 ) -> None:
     """Export the recorded runs (with the same filters as `list`)."""
     if fmt not in FORMATS:
@@ -177,7 +182,7 @@ def export(
         fail(f"--out {out_path}: directory {out_path.parent} does not exist")
     with _user_errors():
         registry = _registry(runs_root)
-        records = registry.query(_filters(env, algo, variant, status, seed), sort, descending)
+        records = registry.query(_filters(env, algo, variant, status, seed, group), sort, descending)
         text = render(records, fmt)
     if out_path is None:
         typer.echo(text, nl=False)
@@ -231,3 +236,69 @@ def clean(
     console.print(f"deleted {len(deleted)} runs", highlight=False)
     if failures:
         fail(f"{failures} run directories could not be deleted", code=1)
+
+
+# ---------------------------------------------------------------------- verify
+
+SHOWN_COLUMNS = 3  # differing columns printed with their values; the rest are counted
+
+
+@runs_app.command("verify")
+def verify_run(
+    run: Annotated[str, typer.Argument(metavar="RUN", help="A run directory, or @last: the most recently active run "
+                                                           "under --runs-root.")],
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Verify the first N env steps (through the "
+                                                 "iteration that reaches N); default: all the run recorded.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="Re-run with N torch threads instead of the "
+                                                   "recorded count: do the numbers depend on it?")] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the re-run's directory for inspection.")] = False,
+    runs_root: RunsRoot = Path("runs"),
+) -> None:
+    """Train a finished or stopped run again (its config, seed, threads, precision) and compare its metrics rows.
+
+    Exit 0 when every non-timing column of every row repeats exactly, 1 at the first difference (named, with the
+    provenance fields that differ: versions, commit, CPU, threads), 2 on bad input.
+    """
+    from rlfoundry.experiments.verify import verify
+    from rlfoundry.run.trainer import RunFailed
+
+    try:
+        result = verify(run, steps, threads, keep, runs_root, console=err())
+    except ConfigError as exc:
+        fail(str(exc))
+    except RunFailed as exc:
+        where = f"traceback in {exc.run_dir / 'run.log'}" if keep else "--keep keeps its run.log"
+        fail(f"the re-run failed: {exc} ({where})", code=1)
+    except KeyboardInterrupt:
+        err().print("[yellow]stopped[/]: nothing verified")
+        raise typer.Exit(130)
+    console = out()
+    span = f"steps {result.first_step:,}..{result.last_step:,}"
+    divergence = result.divergence
+    if divergence is None:
+        console.print(f"reproduced: {result.rows} metrics rows ({span}), {len(result.columns)} columns compared, "
+                      f"{len(result.ignored)} timing columns ignored", highlight=False)
+    else:
+        matched = f" after {result.rows - 1} matching rows" if result.rows > 1 else ", the first row"
+        console.print(f"diverged at step {divergence.step:,}{matched} (verifying {span})", highlight=False)
+        if divergence.missing is not None:
+            console.print(f"  the {divergence.missing} has no metrics row there", highlight=False)
+        for column, before, after in divergence.values[:SHOWN_COLUMNS]:
+            console.print(f"  {escape(column)}: {escape(before or '(empty)')} (original) != "
+                          f"{escape(after or '(empty)')} (re-run)", highlight=False)
+        if len(divergence.values) > SHOWN_COLUMNS:
+            others = ", ".join(column for column, _, _ in divergence.values[SHOWN_COLUMNS:])
+            console.print(f"  and {len(divergence.values) - SHOWN_COLUMNS} more columns: {escape(others)}",
+                          highlight=False)
+    if result.provenance:
+        changes = "; ".join(f"{name} {before} -> {after}" for name, before, after in result.provenance)
+        console.print(f"provenance differs: {escape(changes)}", highlight=False)
+    elif divergence is not None:
+        console.print("provenance: no recorded field differs (versions, commit, CPU, threads, precision, compile)",
+                      highlight=False)
+    for note in result.notes:
+        console.print(f"note: {escape(note)}", highlight=False)
+    if result.rerun_dir is not None:
+        console.print(f"re-run kept in {escape(str(result.rerun_dir))}", highlight=False)
+    if divergence is not None:
+        raise typer.Exit(1)

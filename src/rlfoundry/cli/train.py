@@ -13,7 +13,7 @@ from rlfoundry.config.errors import ConfigError
 def train(
     spec: Annotated[Optional[str], typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")] = None,
     overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides, e.g. algo.lr=3e-4 env.num_envs=16.")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Shortcut for train.seed=N.")] = None,
+    seed: Annotated[Optional[str], typer.Option(help="Shortcut for train.seed=N; a list (1,2,3) runs them all as `rlfoundry trials`.")] = None,
     total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
     run_dir: Annotated[Optional[str], typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
     device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (train.device).")] = None,
@@ -27,6 +27,9 @@ def train(
     from rlfoundry.run.trainer import RunFailed
 
     extra = list(overrides or [])
+    if seed is not None and "," in seed:
+        _seed_list(spec, seed, extra, total_timesteps, device, run_dir, resume, debug, profile, nproc)
+        return
     for key, value in (("train.seed", seed), ("train.total_timesteps", total_timesteps), ("train.device", device)):
         if value is not None:
             extra.append(f"{key}={value}")
@@ -56,3 +59,24 @@ def train(
     console.print(f"{summary['total_steps']:,} steps in {summary['wall_time_s']:.1f} s ({summary['sps']:,.0f} steps/s)",
                   highlight=False)
     console.print(f"run directory: {path}", highlight=False)
+
+
+def _seed_list(spec, seeds: str, overrides: list[str], total_timesteps, device, run_dir, resume, debug, profile,
+               nproc) -> None:
+    """`train SPEC --seed 1,2,3`: the same as `rlfoundry trials SPEC --seeds 1,2,3`."""
+    from rlfoundry.cli.trials import run_set
+    from rlfoundry.experiments.trials import parse_seeds
+
+    clashing = [name for name, value in (("--run-dir", run_dir), ("--resume", resume), ("--debug", debug),
+                                         ("--profile", profile), ("--nproc", nproc)) if value]
+    if clashing or spec is None:
+        fail(f"--seed {seeds} runs several seeds as `rlfoundry trials`" +
+             (f"; it cannot be combined with {', '.join(clashing)}" if clashing else ": give a SPEC"))
+    try:
+        seed_list = parse_seeds(seeds)
+    except ConfigError as exc:
+        fail(str(exc))
+    for key, value in (("train.total_timesteps", total_timesteps), ("train.device", device)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    run_set([spec], seed_list, overrides, None, None)

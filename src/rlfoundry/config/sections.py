@@ -192,6 +192,8 @@ class CheckpointConfig(StrictModel):
 
 class LoggingConfig(StrictModel):
     runs_root: str = Field("runs", description="Where run directories are created.")
+    group: str | None = Field(None, description="A name the runs made together share (`rlfoundry trials` sets it); "
+                                                "the registry keeps it: `rlfoundry runs list --group NAME`.")
     tensorboard: bool = True
     csv: bool = True
     progress: bool = Field(True, description="Rich progress bar with ETA and a metrics table.")

@@ -128,14 +128,18 @@ def detect() -> Hardware:
                     gpu=gpu, gpu_bf16=gpu_bf16)
 
 
+def concurrent_runs(environ=os.environ) -> int:
+    """How many runs share this machine (`RLFOUNDRY_CONCURRENT_RUNS`, 1 when unset or not a number)."""
+    try:
+        return max(1, int(environ.get(SHARE_VARIABLE, "1")))
+    except ValueError:
+        return 1
+
+
 def share_of_cores(hardware: Hardware, environ=os.environ, processes: int = 1) -> int:
     """This process's cores: all usable ones, or an equal share when `RLFOUNDRY_CONCURRENT_RUNS` runs share them,
     and again of that when the run has `processes` processes on this machine (`--nproc`)."""
-    try:
-        runs = max(1, int(environ.get(SHARE_VARIABLE, "1")))
-    except ValueError:
-        runs = 1
-    return max(1, hardware.cores // (runs * max(1, processes)))
+    return max(1, hardware.cores // (concurrent_runs(environ) * max(1, processes)))
 
 
 def wants_threads(network) -> bool:

@@ -18,7 +18,7 @@ from rlfoundry.spec.schema import ExperimentConfig
 
 def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | Path | None = None,
           console=None, resume: str | Path | None = None, debug: bool = False,
-          nproc: int | None = None) -> tuple[Path | None, dict[str, Any]]:
+          nproc: int | None = None, stop_at_step: int | None = None) -> tuple[Path | None, dict[str, Any]]:
     """Train from a SPEC (`ENV_ID:VARIANT` or a YAML path) or an `ExperimentConfig`; or, with `resume`
     (a run directory, or `@last` for the newest run under ./runs), continue a stopped run from its last
     checkpoint with its own config.
@@ -29,6 +29,9 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
     `nproc`: one run across this many processes of this machine (`rlfoundry.run.distributed`); a resumed run
     runs as many as it started with. Under torchrun the group is torchrun's: rank 0 returns as here, the other
     ranks return (None, {}) once the run ends.
+
+    `stop_at_step`: end the run after the iteration that reaches this step (a checkpoint, status `stopped`), its
+    schedules still running over train.total_timesteps: how `rlfoundry runs verify --steps N` re-runs a run's start.
 
     Returns the run directory and its summary. The CLI's `rlfoundry train` calls exactly this.
     Raises `ConfigError` for bad input (nothing created) and `RunFailed` for failures at run time.
@@ -57,7 +60,7 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
         if world != started:
             raise ConfigError(f"--resume {resume}: this run was trained with {started} process(es); "
                               f"resume it with as many (--nproc {started})")
-        return path, _run(cfg, path, console, checkpoint, group, world)
+        return path, _run(cfg, path, console, checkpoint, group, world, stop_at_step)
     if spec_or_cfg is None:
         raise ConfigError("nothing to train: give a SPEC (ENV_ID:VARIANT or an experiment YAML) or --resume RUN_DIR")
     if isinstance(spec_or_cfg, ExperimentConfig):
@@ -71,13 +74,14 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
     distributed.check(cfg, world)
     path = new_run_dir(cfg.logging.runs_root, cfg.env.id, cfg.variant, cfg.train.seed,
                        None if run_dir is None else str(run_dir))
-    return path, _run(cfg, path, console, None, group, world)
+    return path, _run(cfg, path, console, None, group, world, stop_at_step)
 
 
-def _run(cfg: ExperimentConfig, path: Path, console, checkpoint, group, world: int) -> dict[str, Any]:
+def _run(cfg: ExperimentConfig, path: Path, console, checkpoint, group, world: int,
+         stop_at_step: int | None) -> dict[str, Any]:
     """Train on this process (rank 0 of `world`): starting the other ranks first for --nproc, joining torchrun's."""
     if world == 1:
-        return Trainer(cfg, path, console, resume=checkpoint).run()
+        return Trainer(cfg, path, console, resume=checkpoint, stop_at_step=stop_at_step).run()
     local: list = []
     ended = False
     try:
@@ -87,7 +91,7 @@ def _run(cfg: ExperimentConfig, path: Path, console, checkpoint, group, world: i
             distributed.join(group, f"tcp://127.0.0.1:{port}")
         else:
             distributed.join(group)
-        summary = Trainer(cfg, path, console, resume=checkpoint, group=group).run()
+        summary = Trainer(cfg, path, console, resume=checkpoint, group=group, stop_at_step=stop_at_step).run()
         ended = True
         return summary
     finally:

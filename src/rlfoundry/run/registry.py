@@ -35,7 +35,7 @@ import yaml
 from rlfoundry.config.errors import ConfigError
 
 DB_NAME = "registry.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 60.0
 SCAN_DEPTH = 3  # run directories are found this many levels below the runs root at most (sweeps nest them)
 
@@ -60,10 +60,15 @@ SCHEMA = (
         eval_return_std   REAL,
         best_eval_return  REAL,
         solved_at_step    INTEGER,
-        recorded_at       TEXT NOT NULL                       -- ISO 8601, UTC: when this row was last written
+        recorded_at       TEXT NOT NULL,                      -- ISO 8601, UTC: when this row was last written
+        trial_group       TEXT                                -- logging.group: the trials or sweep the run belongs to
     )""",
     "CREATE INDEX IF NOT EXISTS runs_group ON runs (env_id, algo, variant)",
 )
+# What turns a registry of an older schema version into the next one, by the version it reaches.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: ("ALTER TABLE runs ADD COLUMN trial_group TEXT",),
+}
 
 # summary.json keys copied into the row, with the JSON types each accepts (None is always allowed).
 SUMMARY_FIELDS: dict[str, tuple[type, ...]] = {
@@ -77,7 +82,7 @@ SUMMARY_FIELDS: dict[str, tuple[type, ...]] = {
     "solved_at_step": (int,),
 }
 
-FILTERS = ("env", "algo", "variant", "status", "seed")
+FILTERS = ("env", "algo", "variant", "status", "seed", "group")
 
 
 class RegistryWarning(UserWarning):
@@ -110,6 +115,7 @@ class RunRecord:
     best_eval_return: float | None
     solved_at_step: int | None
     recorded_at: str
+    trial_group: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,7 +125,7 @@ COLUMNS = tuple(f.name for f in fields(RunRecord))
 SORT_ALIASES = {
     "env": "env_id", "steps": "total_steps", "started": "started_at", "ended": "ended_at",
     "eval": "eval_return_mean", "return": "eval_return_mean", "best": "best_eval_return", "train": "train_return_mean",
-    "dir": "run_dir", "commit": "git_commit", "hash": "config_hash",
+    "dir": "run_dir", "commit": "git_commit", "hash": "config_hash", "group": "trial_group",
 }
 
 
@@ -127,13 +133,13 @@ SORT_ALIASES = {
 
 
 def config_hash(config: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of a resolved config, without its provenance and runs root.
+    """sha256 of the canonical JSON of a resolved config, without its provenance, runs root and group.
 
     Two runs with the same hash were trained with the same settings, wherever they were written.
     """
     cfg = {key: value for key, value in config.items() if key != "provenance"}
     if isinstance(cfg.get("logging"), dict):
-        cfg["logging"] = {key: value for key, value in cfg["logging"].items() if key != "runs_root"}
+        cfg["logging"] = {key: value for key, value in cfg["logging"].items() if key not in ("runs_root", "group")}
     canonical = json.dumps(cfg, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -218,6 +224,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         "config_hash": config_hash(config) if config else None,
         "git_commit": _typed(_get(config, "provenance.git_commit"), (str,), "provenance.git_commit"),
         "status": summary["status"],
+        "trial_group": _typed(_get(config, "logging.group"), (str,), "logging.group"),
         "created": _utc(_get(config, "provenance.created")),
     }
     for key, types in SUMMARY_FIELDS.items():
@@ -289,9 +296,13 @@ class Registry:
                 time.sleep(0.05)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                # One statement at a time: executescript() would commit the open transaction first.
-                for statement in SCHEMA:
+            found = conn.execute("PRAGMA user_version").fetchone()[0]
+            if found < SCHEMA_VERSION:
+                # One statement at a time: executescript() would commit the open transaction first. A new
+                # database gets the whole schema; an older one the migrations from its version on.
+                steps = SCHEMA if found == 0 else [sql for to in range(found + 1, SCHEMA_VERSION + 1)
+                                                  for sql in MIGRATIONS[to]]
+                for statement in steps:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
@@ -322,7 +333,7 @@ class Registry:
         # AUTOINCREMENT every such upsert uses up an id, and ids are meant to stay small and dense.)
         # started_at stays the first record's; config fields keep a known value when this read lacks one
         # (config.yaml is written after the first record); ended_at follows the summary (NULL on resume).
-        keep_known = ("env_id", "algo", "variant", "seed", "config_hash", "git_commit")
+        keep_known = ("env_id", "algo", "variant", "seed", "config_hash", "git_commit", "trial_group")
         changed = [name for name in row if name not in ("run_dir", "started_at")]
         assignments = ", ".join(f"{name} = COALESCE(?, {name})" if name in keep_known else f"{name} = ?"
                                 for name in changed)
@@ -390,7 +401,7 @@ class Registry:
     def query(self, filters: dict[str, Any] | None = None, sort: str = "id", descending: bool = False) -> list[RunRecord]:
         """Runs matching every given filter (None values are ignored), sorted by a column (NULLs last).
 
-        Filters: env (case-insensitive substring of the env id), algo, variant, status, seed (exact).
+        Filters: env (case-insensitive substring of the env id), algo, variant, status, seed, group (exact).
         Sort keys: any column name, or an alias (env, steps, started, ended, eval, best, train, ...).
         """
         filters = {key: value for key, value in (filters or {}).items() if value is not None}
@@ -410,7 +421,7 @@ class Registry:
                 where.append("seed = ?")
                 params.append(int(value))
             else:
-                where.append(f"{key} = ?")
+                where.append(f"{SORT_ALIASES.get(key, key)} = ?")  # group: the trial_group column
                 params.append(str(value))
         direction = "DESC" if descending else "ASC"
         sql = (f"SELECT * FROM runs {'WHERE ' + ' AND '.join(where) if where else ''} "

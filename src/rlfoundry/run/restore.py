@@ -33,16 +33,23 @@ def run_config(run_dir: Path) -> ExperimentConfig:
     return load_config(str(path))
 
 
+def newest_run(runs_root: str | Path, holding: str) -> Path | None:
+    """`@last`: the most recently active run directory under `runs_root` (by its summary.json's time) that holds the
+    file `holding`, or None."""
+    candidates = [path for path in Path(runs_root).glob("*") if (path / holding).is_file()]
+    return max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime if (p / "summary.json").exists() else 0,
+               default=None)
+
+
 def resumable_run(spec: str | Path, runs_root: str | Path = "runs") -> Path:
     """The run directory `--resume` names (`@last`: the most recently active run under `runs_root` that has
     a checkpoint), checked to be resumable: it has a last checkpoint and did not finish."""
     import json
 
     if str(spec) == "@last":
-        candidates = [p.parent.parent for p in Path(runs_root).glob("*/checkpoints/last.json")]
-        if not candidates:
+        run_dir = newest_run(runs_root, "checkpoints/last.json")
+        if run_dir is None:
             raise ConfigError(f"--resume @last: no run with a checkpoint under {runs_root}/")
-        run_dir = max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime if (p / "summary.json").exists() else 0)
     else:
         run_dir = Path(spec)
     if not (run_dir / "config.yaml").is_file():

@@ -77,10 +77,15 @@ def _mean(values) -> float | None:
 
 class Trainer:
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None,
-                 resume: ckpt.Checkpoint | None = None, group: distributed.Group | None = None):
+                 resume: ckpt.Checkpoint | None = None, group: distributed.Group | None = None,
+                 stop_at_step: int | None = None):
         """`resume`: continue the run in `run_dir` from this checkpoint (`cfg` is the run's own config.yaml).
-        `group`: rank 0 of a run across processes (`rlfoundry.run.distributed`), whose process group is joined."""
+        `group`: rank 0 of a run across processes (`rlfoundry.run.distributed`), whose process group is joined.
+        `stop_at_step`: end the run after the iteration that reaches this step, as a stop does (a checkpoint, status
+        `stopped`), while schedules still run over train.total_timesteps: the first steps of a run exactly as the
+        whole run takes them (`rlfoundry runs verify --steps`)."""
         self.cfg = cfg
+        self.stop_at_step = stop_at_step
         self.resume = resume
         self.group = group
         self.run_dir = Path(run_dir)
@@ -326,7 +331,8 @@ class Trainer:
                     self._write_summary()
                 solved = self.summary["solved_at_step"] is not None
                 stopping = self.stop_signal is not None
-                last = finished or stopping or (solved and cfg.eval.stop_at_threshold)
+                reached = self.stop_at_step is not None and p.global_step >= self.stop_at_step
+                last = finished or stopping or reached or (solved and cfg.eval.stop_at_threshold)
                 save = last or p.global_step >= p.next_save or (improved and cfg.checkpoint.save_best)
                 if lockstep is not None:
                     lockstep.decide(distributed.Decision(p.global_step, save, last))
@@ -347,6 +353,11 @@ class Trainer:
                 if solved and cfg.eval.stop_at_threshold:
                     self.log.info("solved: evaluation return %.2f ≥ %.2f at step %d",
                                   row["eval/return_mean"], threshold, p.global_step)
+                    break
+                if reached and not finished:
+                    self.summary["status"] = "stopped"
+                    self.log.info("stopped at step %d, as asked (stop at step %d); checkpoint saved", p.global_step,
+                                  self.stop_at_step)
                     break
         finally:
             checking.close()

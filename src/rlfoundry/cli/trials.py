@@ -1,0 +1,85 @@
+"""`rlfoundry trials SPEC [SPEC ...] --seeds N [overrides]`: many seeds of one or more specs, with their statistics."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn
+
+from rlfoundry.cli.common import err, fail, out
+from rlfoundry.config.errors import ConfigError
+
+
+def trials(
+    items: Annotated[list[str], typer.Argument(help="SPECs (ENV_ID:VARIANT or experiment YAMLs), then dotted overrides for all of them (key=value).", metavar="SPEC... [KEY=VALUE...]")],
+    seeds: Annotated[str, typer.Option(help="How many seeds (5: seeds 1..5) or which (1,2,3).")] = "3",
+    workers: Annotated[Optional[int], typer.Option(help="Runs at once (default: the cores this process may use); each gets its share of the cores.")] = None,
+    out_dir: Annotated[Optional[str], typer.Option("--out", help="The set's directory (default runs/trials/<time>_<spec>); the same --out again continues the set.")] = None,
+    total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
+) -> None:
+    """Train every SPEC with every seed, several runs at once, then write trials.md, trials.csv and plots (IQM and
+    bootstrap confidence intervals). Run it again with the same --out to continue after a stop or a crash."""
+    from rlfoundry.experiments.trials import parse_seeds
+
+    specs = [item for item in items if "=" not in item]
+    overrides = [item for item in items if "=" in item]
+    if total_timesteps is not None:
+        overrides.append(f"train.total_timesteps={total_timesteps}")
+    try:
+        seed_list = parse_seeds(seeds)
+    except ConfigError as exc:
+        fail(str(exc))
+    run_set(specs, seed_list, overrides, out_dir, workers)
+
+
+def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: str | None,
+            workers: int | None) -> None:
+    """Run the set with one progress display, then print where its report is; `train --seed 1,2,3` comes here too."""
+    from rlfoundry.experiments.trials import default_out, run_trials
+
+    try:
+        path = Path(out_dir) if out_dir else default_out(specs, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+    console = err()
+    console.print(f"trials in {path}  (the same --out again continues them)", highlight=False)
+    bar = Progress(TextColumn("trials"), BarColumn(), TextColumn("{task.fields[state]}"), console=console,
+                   transient=False)
+    started = time.monotonic()
+    first: list[int] = []
+
+    def show(progress) -> None:
+        if not first:
+            first.append(progress.steps)
+            bar.start()
+            bar.add_task("trials", total=progress.total, state="")
+        elapsed = time.monotonic() - started
+        rate = (progress.steps - first[0]) / elapsed if elapsed > 0 else 0.0
+        remaining = max(0, progress.total - progress.steps)
+        eta = time.strftime("%H:%M:%S", time.gmtime(remaining / rate)) if rate > 0 else "-:--:--"
+        state = (f"{progress.done} done, {progress.running} running, {progress.failed} failed  "
+                 f"{rate:,.0f} steps/s  ETA {eta}")
+        bar.update(0, total=progress.total, completed=progress.steps, state=state)
+
+    try:
+        results = run_trials(specs, seeds, overrides, path, workers, show)
+    except ConfigError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        bar.stop()
+        console.print(f"[yellow]stopped[/]; the runs saved checkpoints: run the same command with --out {path} "
+                      "to continue", highlight=False)
+        raise typer.Exit(130)
+    finally:
+        bar.stop()
+    failed = [r for r in results if r.status != "finished"]
+    for result in failed:
+        console.print(f"[red]{result.status}[/] {result.spec} seed {result.seed}: {result.error or '-'}",
+                      highlight=False)
+    out().print(f"report: {path / 'trials.md'}", highlight=False)
+    if failed:
+        fail(f"{len(failed)} of {len(results)} runs did not finish; run the same command with --out {path} to "
+             "continue them", code=1)
