@@ -15,6 +15,7 @@ from rlfoundry.cli.eval import evaluate_run
 from rlfoundry.cli.presets import presets
 from rlfoundry.cli.report import report
 from rlfoundry.cli.runs import runs_app
+from rlfoundry.cli.sweep import sweep
 from rlfoundry.cli.train import train
 from rlfoundry.cli.trials import trials
 
@@ -27,6 +28,7 @@ app = typer.Typer(
 app.command(context_settings={"allow_extra_args": False})(train)
 app.command()(presets)
 app.command("trials")(trials)
+app.command("sweep")(sweep)
 app.command("eval", help="Evaluate a run's checkpoint: mean ± std return, optionally mp4 videos.")(evaluate_run)
 app.command("report", help="Regenerate a run's report.md and curves.png.")(report)
 app.add_typer(runs_app, name="runs")

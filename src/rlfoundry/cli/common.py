@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import NoReturn
+from pathlib import Path
+from typing import Iterator, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from rlfoundry.config.errors import ConfigError
 
 
 def out() -> Console:
@@ -32,3 +36,21 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def warn(message: str) -> None:
     err().print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+
+
+@contextlib.contextmanager
+def running_many(bar, out_dir: Path) -> Iterator[None]:
+    """How a command that runs many runs (`trials`, `sweep`) ends: bad input exits 2; Ctrl-C, after the runs saved
+    their checkpoints, says how to continue and exits 130; the progress bar stops either way."""
+    try:
+        yield
+    except ConfigError as exc:
+        bar.stop()
+        fail(str(exc))
+    except KeyboardInterrupt:
+        bar.stop()
+        err().print(f"[yellow]stopped[/]; the runs saved checkpoints: run the same command with --out {out_dir} "
+                    "to continue", highlight=False)
+        raise typer.Exit(130)
+    finally:
+        bar.stop()

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
 
-from rlfoundry.cli.common import err, fail, out
+from rlfoundry.cli.common import err, fail, out, running_many
 from rlfoundry.config.errors import ConfigError
 
 
@@ -64,17 +64,8 @@ def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: s
                  f"{rate:,.0f} steps/s  ETA {eta}")
         bar.update(0, total=progress.total, completed=progress.steps, state=state)
 
-    try:
+    with running_many(bar, path):
         results = run_trials(specs, seeds, overrides, path, workers, show)
-    except ConfigError as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        bar.stop()
-        console.print(f"[yellow]stopped[/]; the runs saved checkpoints: run the same command with --out {path} "
-                      "to continue", highlight=False)
-        raise typer.Exit(130)
-    finally:
-        bar.stop()
     failed = [r for r in results if r.status != "finished"]
     for result in failed:
         console.print(f"[red]{result.status}[/] {result.spec} seed {result.seed}: {result.error or '-'}",

@@ -8,42 +8,32 @@ the set's name in `logging.group`, so the registry lists the group (`rlfoundry r
 Continuing: the same command with the same `--out` keeps finished runs, resumes stopped, failed or killed ones from
 their last checkpoint and starts the rest (a run with no checkpoint yet has nothing to lose and starts again). Runs
 are asked to stop with SIGTERM when this command ends or dies (Linux's parent-death signal, so even a `kill -9` of
-this command makes them checkpoint and stop), and a lock file keeps two commands out of one `--out`.
+this command makes them checkpoint and stop), and a lock file keeps two commands out of one `--out` (the process
+machinery is `experiments.processes`, shared with `rlfoundry sweep`).
 
 At the end `experiments.results` reads every run directory and writes trials.md, trials.csv and the plots.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import fcntl
-import json
-import os
 import re
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
 
 import yaml
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.experiments import processes
 from rlfoundry.experiments.results import RunResult, read_run, write_report
-from rlfoundry.run.checkpoint import CheckpointError, resolve
-from rlfoundry.run.hardware import SHARE_VARIABLE, concurrent_runs, usable_cores
-from rlfoundry.run.rundir import write_atomic
+from rlfoundry.run.hardware import concurrent_runs, usable_cores
+from rlfoundry.run.rundir import run_status, write_atomic
 from rlfoundry.spec.load import load_config
 
 MANIFEST = "trials.yaml"  # the specs, seeds and overrides of the set: a continuation must match its overrides
-LOCK = ".lock"
 POLL_S = 0.5
-STOP_GRACE_S = 60.0  # how long stopping runs may take to write their checkpoint before they are killed
 
 
 @dataclass(frozen=True)
@@ -138,83 +128,11 @@ def _merge_manifest(out: Path, specs: list[str], seeds: list[int], overrides: li
     write_atomic(path, yaml.safe_dump({"specs": specs, "seeds": seeds, "overrides": list(overrides)}, sort_keys=False))
 
 
-@contextlib.contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    """One trials command per directory; the operating system drops the lock when the command dies."""
-    handle = open(out / LOCK, "a+")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"--out {out}: another trials command is running in it") from None
-        yield
-    finally:
-        handle.close()
-
-
-def _status(run_dir: Path) -> str | None:
-    try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _resumable(run_dir: Path) -> bool:
-    try:
-        resolve(run_dir, "last")
-        return True
-    except CheckpointError:
-        return False
-
-
-def _last_step(run_dir: Path) -> int:
-    """The global_step of the last metrics row (the first column), read from the file's tail; 0 before any."""
-    try:
-        with open(run_dir / "metrics.csv", "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4096))
-            lines = f.read().split(b"\n")[:-1]  # the last piece is empty or a row still being written
-        return int(float(lines[-1].split(b",", 1)[0])) if lines else 0
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-# Looked up here, in the parent: the child between fork and exec should call a function, not load a library.
-_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform.startswith("linux") else None
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the trials command dies, however it dies (PR_SET_PDEATHSIG)."""
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGTERM)
-
-
-def _command(trial: Trial, overrides: list[str], group: str) -> list[str]:
-    train = [sys.executable, "-m", "rlfoundry.cli", "train"]
-    if _resumable(trial.run_dir) and _status(trial.run_dir) != "finished":
-        return [*train, "--resume", str(trial.run_dir)]
-    shutil.rmtree(trial.run_dir, ignore_errors=True)  # no checkpoint: nothing to keep, start it again
-    return [*train, trial.spec, *overrides, f"train.seed={trial.seed}", f"logging.group={group}",
-            "logging.progress=false", "--run-dir", str(trial.run_dir)]
-
-
 def _start(trial: Trial, overrides: list[str], group: str, logs: Path, share: int) -> Running:
     log = logs / f"{trial.run_dir.parent.name}_s{trial.seed}.log"
     trial.run_dir.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, SHARE_VARIABLE: str(share), "PYTHONUNBUFFERED": "1"}  # share: of the machine, see _run_all
-    with open(log, "ab") as sink:
-        process = subprocess.Popen(_command(trial, overrides, group), stdout=sink, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
-    return Running(trial, process, log)
-
-
-def _error_line(log: Path) -> str:
-    """The failed run's own one-line message: the last non-empty line of its console output."""
-    try:
-        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return "no output"
-    return lines[-1] if lines else "no output"
+    args = [trial.spec, *overrides, f"train.seed={trial.seed}", f"logging.group={group}"]
+    return Running(trial, processes.start(processes.train_command(trial.run_dir, args), log, share), log)
 
 
 def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Path, workers: int | None = None,
@@ -230,7 +148,7 @@ def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Pa
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out {out}: cannot create it: {exc.strerror or exc}") from None
-    with _locked(out):
+    with processes.locked(out, "trials"):
         _merge_manifest(out, specs, seeds, overrides)
         _run_all(trials, overrides, out, workers, show)
         results = [read_run(trial.run_dir, trial.spec, trial.seed) for trial in trials]
@@ -241,7 +159,7 @@ def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Pa
 def _run_all(trials: list[Trial], overrides: list[str], out: Path, workers: int, show) -> None:
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
-    pending = [trial for trial in trials if _status(trial.run_dir) != "finished"]
+    pending = [trial for trial in trials if run_status(trial.run_dir) != "finished"]
     progress = Progress(total=sum(trial.budget for trial in trials), done=len(trials) - len(pending))
     finished_steps = sum(trial.budget for trial in trials if trial not in pending)
     # Runs at once, times whatever share of the machine this command itself was given (it may be one of several).
@@ -254,36 +172,23 @@ def _run_all(trials: list[Trial], overrides: list[str], out: Path, workers: int,
             time.sleep(POLL_S)
             for run in list(running):
                 code = run.process.poll()
-                run.steps = _last_step(run.trial.run_dir)
+                run.steps = processes.last_step(run.trial.run_dir)
                 if code is None:
                     continue
                 running.remove(run)
-                if code == 0 and _status(run.trial.run_dir) == "finished":
+                if code == 0 and run_status(run.trial.run_dir) == "finished":
                     progress.done += 1
                     finished_steps += run.trial.budget
                 else:
                     progress.failed += 1
                     progress.total -= run.trial.budget - run.steps  # steps it will not take in this command
                     finished_steps += run.steps
-                    progress.failures.append(f"{run.trial.spec} seed {run.trial.seed}: {_error_line(run.log)} "
-                                             f"(output in {run.log})")
+                    progress.failures.append(f"{run.trial.spec} seed {run.trial.seed}: "
+                                             f"{processes.error_line(run.log)} (output in {run.log})")
             progress.running = len(running)
             progress.steps = finished_steps + sum(run.steps for run in running)
             if show is not None:
                 show(progress)
     finally:
-        _stop(running)
+        processes.stop([run.process for run in running])
 
-
-def _stop(running: list[Running]) -> None:
-    """Ask every run still going to checkpoint and stop (SIGTERM), then wait; kill what does not stop in time."""
-    for run in running:
-        with contextlib.suppress(ProcessLookupError):
-            run.process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for run in running:
-        try:
-            run.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            run.process.kill()
-            run.process.wait()

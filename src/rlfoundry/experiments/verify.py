@@ -20,7 +20,6 @@ and its extensions, threads.
 from __future__ import annotations
 
 import csv
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import Provenance
 from rlfoundry.run.launch import train
 from rlfoundry.run.restore import newest_run, run_config
+from rlfoundry.run.rundir import run_status
 from rlfoundry.spec.schema import ExperimentConfig
 
 TIMING = ("wall_time", "sps", "sps_run")  # measured times, plus every `time/*` column: they differ between runs
@@ -85,11 +85,7 @@ def verifiable_run(run: str | Path, runs_root: str | Path = "runs") -> Path:
     for name in ("config.yaml", "metrics.csv"):
         if not (run_dir / name).is_file():
             raise ConfigError(f"{run_dir}: not a run directory with metrics (no {name})")
-    try:
-        status = json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        status = None
-    if status == "running":
+    if run_status(run_dir) == "running":
         raise ConfigError(f"{run_dir}: the run is still running (summary.json); verify it once it has ended "
                           "(a run killed outright stays marked running: `rlfoundry train --resume` it first)")
     return run_dir

@@ -12,6 +12,7 @@ from rlfoundry import envs as envs_lib
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import hardware
+from rlfoundry.run.rundir import run_status
 from rlfoundry.spec.schema import ExperimentConfig
 
 
@@ -44,8 +45,6 @@ def newest_run(runs_root: str | Path, holding: str) -> Path | None:
 def resumable_run(spec: str | Path, runs_root: str | Path = "runs") -> Path:
     """The run directory `--resume` names (`@last`: the most recently active run under `runs_root` that has
     a checkpoint), checked to be resumable: it has a last checkpoint and did not finish."""
-    import json
-
     if str(spec) == "@last":
         run_dir = newest_run(runs_root, "checkpoints/last.json")
         if run_dir is None:
@@ -55,11 +54,7 @@ def resumable_run(spec: str | Path, runs_root: str | Path = "runs") -> Path:
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {spec}: {run_dir} is not a run directory (no config.yaml)")
     ckpt.resolve(run_dir, "last")  # a clear error when there is no checkpoint to resume from
-    try:
-        status = json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        status = None
-    if status == "finished":
+    if run_status(run_dir) == "finished":
         raise ConfigError(f"--resume {spec}: the run in {run_dir} finished; there is nothing to continue")
     return run_dir
 

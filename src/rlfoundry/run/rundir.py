@@ -93,6 +93,14 @@ def _check_writable(path: Path, what: str) -> None:
                 directory.rmdir()
 
 
+def run_status(run_dir: Path) -> str | None:
+    """summary.json's status (running, finished, failed, stopped); None before the run wrote a readable one."""
+    try:
+        return json.loads((Path(run_dir) / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def write_atomic(path: Path, content: str | bytes) -> None:
     """Write to a temporary file in the same directory, flush it to disk, then rename over the target:
     readers never see half a file, and a crash (or a full disk) leaves the old one and no temporary file."""

@@ -185,9 +185,13 @@ class Trainer:
             self.log.error("run failed:\n%s", traceback.format_exc())
             raise RunFailed(self.run_dir, self._failure(exc)) from exc
         finally:
+            # The stop handlers stay until the end is recorded. When the command that started this run (`trials`,
+            # `sweep`) dies, Linux sends the parent-death SIGTERM again each time the run is handed to another of the
+            # dying command's threads, moments apart: under the default handler a late one killed the run while it
+            # wrote summary.json.
+            unwritten = self._record_end(sinks)
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
-            unwritten = self._record_end(sinks)
             for handler in list(self.log.handlers):
                 handler.close()
                 self.log.removeHandler(handler)
