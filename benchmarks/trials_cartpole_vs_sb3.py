@@ -1,0 +1,82 @@
+"""Many seeds at once: `rlfoundry trials CartPole-v1:ppo --seeds 8` against one rlfoundry run alone and against
+Stable-Baselines3 training the same 8 seeds one after another, with the same hyperparameters (rl-zoo3's CartPole-v1
+PPO settings, as benchmarks/ppo_cartpole_vs_sb3.py).
+
+Three figures, measured in one process run:
+  1. one run alone: `rlfoundry train` of seed 1 in one process, steps/s of its training loop;
+  2. trials: every seed a run in `--workers` processes (default: the usable cores), wall time of the whole command
+     from the first process start to the written report (process starts, imports, a final evaluation of each run
+     and the statistics included); steps/s = all seeds' steps / that wall time;
+  3. SB3: the seeds trained one after another in this process (construction included, no evaluation), each with
+     its default torch threads.
+The issue's goals: trials >= 1.8x the steps/s of one run alone on 2 cores, and a wall time at most a third of SB3's.
+
+Run:  python benchmarks/trials_cartpole_vs_sb3.py [--seeds 8] [--steps 50000] [--workers N] [--out results.md]
+Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import DEFAULTS, sb3_missing
+from ppo_cartpole_vs_sb3 import run_rlfoundry, run_sb3
+from rlfoundry.experiments.trials import run_trials
+from rlfoundry.run.hardware import machine, usable_cores
+
+SPEC = "CartPole-v1:ppo"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=50_000, help="env steps per seed")
+    parser.add_argument("--workers", type=int, default=usable_cores())
+    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
+    args = parser.parse_args()
+    if sb3_missing(["sb3"]):
+        return 2
+    print(machine(), flush=True)
+    seeds = list(range(1, args.seeds + 1))
+    with tempfile.TemporaryDirectory(prefix="rlf_trials_bench_") as tmp:
+        alone = run_rlfoundry(1, args.steps, DEFAULTS, False, Path(tmp))
+        alone_sps = alone["steps"] / alone["wall"]
+        print(f"one run alone: {alone['steps']:,} steps in {alone['wall']:.1f} s ({alone_sps:,.0f} steps/s)", flush=True)
+
+        start = time.perf_counter()
+        results = run_trials([SPEC], seeds, [f"train.total_timesteps={args.steps}", "eval.every_steps=0",
+                                             "logging.tensorboard=false", "train.device=cpu"],
+                             Path(tmp) / "trials", args.workers)
+        trials_wall = time.perf_counter() - start
+        trials_steps = sum(result.steps or 0 for result in results)
+        failed = [result for result in results if result.status != "finished"]
+        print(f"trials, {args.workers} workers: {trials_steps:,} steps in {trials_wall:.1f} s "
+              f"({trials_steps / trials_wall:,.0f} steps/s){f'; {len(failed)} failed' if failed else ''}", flush=True)
+
+        sb3_wall = 0.0
+        for seed in seeds:
+            start = time.perf_counter()
+            run_sb3(seed, args.steps, DEFAULTS, False, Path(tmp))
+            sb3_wall += time.perf_counter() - start
+            print(f"SB3 seed {seed}: {time.perf_counter() - start:.1f} s", flush=True)
+
+    lines = [f"PPO CartPole-v1 (zoo settings), {args.seeds} seeds x {args.steps:,} steps", machine(), "",
+             "| what | wall time (s) | steps/s | ratio |", "|---|---:|---:|---:|",
+             f"| one rlfoundry run alone (seed 1) | {alone['wall']:.1f} | {alone_sps:,.0f} | 1.00x |",
+             f"| rlfoundry trials, {args.workers} workers | {trials_wall:.1f} | {trials_steps / trials_wall:,.0f} | "
+             f"{trials_steps / trials_wall / alone_sps:.2f}x the run alone |",
+             f"| SB3, the seeds one after another | {sb3_wall:.1f} | {args.seeds * args.steps / sb3_wall:,.0f} | "
+             f"trials' wall time {trials_wall / sb3_wall:.2f}x SB3's |"]
+    report = "\n".join(lines)
+    print("\n" + report)
+    if args.out:
+        args.out.write_text(report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
