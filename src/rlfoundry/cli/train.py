@@ -27,12 +27,14 @@ def train(
     from rlfoundry.run.trainer import RunFailed
 
     extra = list(overrides or [])
-    if seed is not None and "," in seed:
-        _seed_list(spec, seed, extra, total_timesteps, device, run_dir, resume, debug, profile, nproc)
-        return
-    for key, value in (("train.seed", seed), ("train.total_timesteps", total_timesteps), ("train.device", device)):
+    for key, value in (("train.total_timesteps", total_timesteps), ("train.device", device)):
         if value is not None:
             extra.append(f"{key}={value}")
+    if seed is not None and "," in seed:
+        _seed_list(spec, seed, extra, run_dir, resume, debug, profile, nproc)
+        return
+    if seed is not None:
+        extra.append(f"train.seed={seed}")
     if profile:
         extra.append("train.profile=true")
     try:
@@ -61,8 +63,7 @@ def train(
     console.print(f"run directory: {path}", highlight=False)
 
 
-def _seed_list(spec, seeds: str, overrides: list[str], total_timesteps, device, run_dir, resume, debug, profile,
-               nproc) -> None:
+def _seed_list(spec, seeds: str, overrides: list[str], run_dir, resume, debug, profile, nproc) -> None:
     """`train SPEC --seed 1,2,3`: the same as `rlfoundry trials SPEC --seeds 1,2,3`."""
     from rlfoundry.cli.trials import run_set
     from rlfoundry.experiments.trials import parse_seeds
@@ -76,7 +77,4 @@ def _seed_list(spec, seeds: str, overrides: list[str], total_timesteps, device, 
         seed_list = parse_seeds(seeds)
     except ConfigError as exc:
         fail(str(exc))
-    for key, value in (("train.total_timesteps", total_timesteps), ("train.device", device)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
     run_set([spec], seed_list, overrides, None, None)

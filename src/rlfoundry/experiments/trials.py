@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -48,7 +48,6 @@ class Trial:
 class Running:
     trial: Trial
     process: subprocess.Popen
-    log: Path
     steps: int = 0
 
 
@@ -60,7 +59,6 @@ class Progress:
     failed: int = 0
     running: int = 0
     steps: int = 0
-    failures: list[str] = field(default_factory=list)
 
 
 def slug(spec: str) -> str:
@@ -132,7 +130,7 @@ def _start(trial: Trial, overrides: list[str], group: str, logs: Path, share: in
     log = logs / f"{trial.run_dir.parent.name}_s{trial.seed}.log"
     trial.run_dir.parent.mkdir(parents=True, exist_ok=True)
     args = [trial.spec, *overrides, f"train.seed={trial.seed}", f"logging.group={group}"]
-    return Running(trial, processes.start(processes.train_command(trial.run_dir, args), log, share), log)
+    return Running(trial, processes.start(processes.train_command(trial.run_dir, args), log, share))
 
 
 def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Path, workers: int | None = None,
@@ -183,8 +181,6 @@ def _run_all(trials: list[Trial], overrides: list[str], out: Path, workers: int,
                     progress.failed += 1
                     progress.total -= run.trial.budget - run.steps  # steps it will not take in this command
                     finished_steps += run.steps
-                    progress.failures.append(f"{run.trial.spec} seed {run.trial.seed}: "
-                                             f"{processes.error_line(run.log)} (output in {run.log})")
             progress.running = len(running)
             progress.steps = finished_steps + sum(run.steps for run in running)
             if show is not None:

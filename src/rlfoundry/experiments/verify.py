@@ -32,7 +32,7 @@ import torch
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import Provenance
 from rlfoundry.run.launch import train
-from rlfoundry.run.restore import newest_run, run_config
+from rlfoundry.run.restore import run_config, run_named
 from rlfoundry.run.rundir import run_status
 from rlfoundry.spec.schema import ExperimentConfig
 
@@ -74,12 +74,7 @@ class Verification:
 def verifiable_run(run: str | Path, runs_root: str | Path = "runs") -> Path:
     """The run directory RUN names (`@last`: the most recently active run under `runs_root`), checked to hold a
     config and metrics and to have ended (finished, stopped or failed)."""
-    if str(run) == "@last":
-        run_dir = newest_run(runs_root, "metrics.csv")
-        if run_dir is None:
-            raise ConfigError(f"@last: no run with a metrics.csv under {runs_root}/")
-    else:
-        run_dir = Path(run)
+    run_dir = run_named(run, runs_root, "metrics.csv", "a metrics.csv")
     if not run_dir.is_dir():
         raise ConfigError(f"{run}: no such run directory")
     for name in ("config.yaml", "metrics.csv"):

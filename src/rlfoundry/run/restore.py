@@ -34,23 +34,21 @@ def run_config(run_dir: Path) -> ExperimentConfig:
     return load_config(str(path))
 
 
-def newest_run(runs_root: str | Path, holding: str) -> Path | None:
-    """`@last`: the most recently active run directory under `runs_root` (by its summary.json's time) that holds the
-    file `holding`, or None."""
+def run_named(spec: str | Path, runs_root: str | Path, holding: str, described: str, option: str = "") -> Path:
+    """The run directory a command's RUN names: a path, or `@last`, the most recently active run directory under
+    `runs_root` (by its summary.json's time) that holds the file `holding` (ConfigError when none does)."""
+    if str(spec) != "@last":
+        return Path(spec)
     candidates = [path for path in Path(runs_root).glob("*") if (path / holding).is_file()]
-    return max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime if (p / "summary.json").exists() else 0,
-               default=None)
+    if not candidates:
+        raise ConfigError(f"{option}@last: no run with {described} under {runs_root}/")
+    return max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime if (p / "summary.json").exists() else 0)
 
 
 def resumable_run(spec: str | Path, runs_root: str | Path = "runs") -> Path:
     """The run directory `--resume` names (`@last`: the most recently active run under `runs_root` that has
     a checkpoint), checked to be resumable: it has a last checkpoint and did not finish."""
-    if str(spec) == "@last":
-        run_dir = newest_run(runs_root, "checkpoints/last.json")
-        if run_dir is None:
-            raise ConfigError(f"--resume @last: no run with a checkpoint under {runs_root}/")
-    else:
-        run_dir = Path(spec)
+    run_dir = run_named(spec, runs_root, "checkpoints/last.json", "a checkpoint", "--resume ")
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {spec}: {run_dir} is not a run directory (no config.yaml)")
     ckpt.resolve(run_dir, "last")  # a clear error when there is no checkpoint to resume from
