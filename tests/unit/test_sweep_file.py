@@ -112,10 +112,23 @@ def test_a_continuation_must_use_the_same_sweep_apart_from_its_budget(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     text = GOOD + "pruner: median\n"
-    assert _record(out, prepare(sweep_file(tmp_path, text))) == "CartPole-v1:ppo"
-    _record(out, prepare(sweep_file(tmp_path, text.replace("trials: 4", "trials: 9"))))
+    assert _record(out, prepare(sweep_file(tmp_path, text)), "optuna") == "CartPole-v1:ppo"
+    _record(out, prepare(sweep_file(tmp_path, text.replace("trials: 4", "trials: 9"))), "optuna")
     with pytest.raises(ConfigError, match="parameters"):
-        _record(out, prepare(sweep_file(tmp_path, text.replace("[32, 64]", "[32, 128]"))))
+        _record(out, prepare(sweep_file(tmp_path, text.replace("[32, 64]", "[32, 128]"))), "optuna")
+    with pytest.raises(ConfigError, match="--backend optuna"):
+        _record(out, prepare(sweep_file(tmp_path, text)), "ray")
+
+
+def test_a_ray_sweep_continues_on_ray_with_the_same_budget(tmp_path):
+    out = tmp_path / "out"
+    (out / "tune").mkdir(parents=True)  # Ray Tune's experiment directory: the sweep began on Ray
+    text = GOOD + "pruner: median\n"
+    _record(out, prepare(sweep_file(tmp_path, text)), "ray")
+    with pytest.raises(ConfigError, match="budget"):  # Tune restores the sweep as it began
+        _record(out, prepare(sweep_file(tmp_path, text.replace("trials: 4", "trials: 9"))), "ray")
+    with pytest.raises(ConfigError, match="--backend ray"):
+        _record(out, prepare(sweep_file(tmp_path, text)), "optuna")
 
 
 def test_a_base_file_is_copied_and_a_changed_one_refused(tmp_path):
@@ -123,10 +136,10 @@ def test_a_base_file_is_copied_and_a_changed_one_refused(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     plan = prepare(sweep_file(tmp_path, GOOD.replace("CartPole-v1:ppo", "exp.yaml")))
-    assert _record(out, plan) == str(out / "base.yaml")
+    assert _record(out, plan, "optuna") == str(out / "base.yaml")
     (tmp_path / "exp.yaml").write_text("preset: CartPole-v1:ppo\neval:\n  episodes: 5\n")
     with pytest.raises(ConfigError, match="base file"):
-        _record(out, prepare(plan.path))
+        _record(out, prepare(plan.path), "optuna")
 
 
 def test_evaluations_are_reported_on_the_evaluation_grid():
@@ -149,7 +162,7 @@ def test_pruners_have_rungs_in_env_steps(tmp_path, pruner, name, first_rung):
 def test_the_report_of_a_study_names_the_best_trial_its_importances_and_every_trial(tmp_path):
     import optuna
 
-    from rlfoundry.experiments.sweep import _distributions
+    from rlfoundry.experiments.sweep import distributions
     from rlfoundry.experiments.sweep_report import write_report
 
     sweep = read_sweep(sweep_file(tmp_path, GOOD.replace("budget: {trials: 4}", "budget: {trials: 12}\n"
@@ -159,7 +172,7 @@ def test_the_report_of_a_study_names_the_best_trial_its_importances_and_every_tr
         lr, steps = 10 ** (-5 + number / 4), (32, 64)[number % 2]
         returns = [100 * number + steps, 100 * number]  # seed 1 is the better one
         study.add_trial(optuna.trial.create_trial(
-            params={"algo.lr": lr, "algo.num_steps": steps}, distributions=_distributions(sweep),
+            params={"algo.lr": lr, "algo.num_steps": steps}, distributions=distributions(sweep),
             value=float(sum(returns)) / 2, user_attrs={"returns": returns}))
     out = tmp_path / "out"
     out.mkdir()

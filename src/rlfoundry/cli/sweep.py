@@ -22,6 +22,10 @@ def sweep(
     out_dir: Annotated[Optional[str], typer.Option("--out", help="The sweep's directory (default "
                                                                  "runs/sweeps/<time>_<file stem>); the same --out "
                                                                  "again continues the sweep.")] = None,
+    backend: Annotated[str, typer.Option(help="optuna: an embedded Optuna study, runs here; ray: Ray Tune with "
+                                              "Optuna's sampler and Tune's schedulers.")] = "optuna",
+    address: Annotated[Optional[str], typer.Option(help="The Ray cluster to join (HOST:PORT); without it --backend "
+                                                        "ray starts a local instance.")] = None,
 ) -> None:
     """Search hyperparameters with Optuna (grid, random, TPE, CMA-ES), pruning bad trials from their evaluations;
     writes sweep.md, plots and best.yaml. Run it again with the same --out to continue after a stop or a crash."""
@@ -31,6 +35,13 @@ def sweep(
         if exc.name != "optuna":
             raise
         fail("rlfoundry sweep needs optuna: pip install 'rlfoundry[experiments]'")
+    if backend == "ray":
+        try:
+            import ray.tune  # noqa: F401
+        except ModuleNotFoundError as exc:
+            if exc.name.partition(".")[0] not in ("ray", "pyarrow", "pandas"):
+                raise
+            fail("rlfoundry sweep --backend ray needs Ray Tune: pip install 'rlfoundry[ray]'")
     try:
         plan = prepare(sweep_file)
         path = Path(out_dir) if out_dir else default_out(plan)
@@ -52,7 +63,7 @@ def sweep(
         bar.update(task[0], completed=progress.complete + progress.pruned, state=state)
 
     with running_many(bar, path):
-        study = run_sweep(plan, path, workers, show)
+        study = run_sweep(plan, path, workers, show, backend, address)
     _summarise(study, path)
 
 

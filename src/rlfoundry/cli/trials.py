@@ -19,6 +19,9 @@ def trials(
     workers: Annotated[Optional[int], typer.Option(help="Runs at once (default: the cores this process may use); each gets its share of the cores.")] = None,
     out_dir: Annotated[Optional[str], typer.Option("--out", help="The set's directory (default runs/trials/<time>_<spec>); the same --out again continues the set.")] = None,
     total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
+    backend: Annotated[str, typer.Option(help="local: worker processes here; ray: tasks on a Ray cluster.")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="The Ray cluster to join (HOST:PORT); without it --backend "
+                                                        "ray starts a local instance.")] = None,
 ) -> None:
     """Train every SPEC with every seed, several runs at once, then write trials.md, trials.csv and plots (IQM and
     bootstrap confidence intervals). Run it again with the same --out to continue after a stop or a crash."""
@@ -32,11 +35,11 @@ def trials(
         seed_list = parse_seeds(seeds)
     except ConfigError as exc:
         fail(str(exc))
-    run_set(specs, seed_list, overrides, out_dir, workers)
+    run_set(specs, seed_list, overrides, out_dir, workers, backend, address)
 
 
 def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: str | None,
-            workers: int | None) -> None:
+            workers: int | None, backend: str = "local", address: str | None = None) -> None:
     """Run the set with one progress display, then print where its report is; `train --seed 1,2,3` comes here too."""
     from rlfoundry.experiments.trials import default_out, run_trials
 
@@ -65,7 +68,7 @@ def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: s
         bar.update(0, total=progress.total, completed=progress.steps, state=state)
 
     with running_many(bar, path):
-        results = run_trials(specs, seeds, overrides, path, workers, show)
+        results = run_trials(specs, seeds, overrides, path, workers, show, backend, address)
     failed = [r for r in results if r.status != "finished"]
     for result in failed:
         console.print(f"[red]{result.status}[/] {result.spec} seed {result.seed}: {result.error or '-'}",

@@ -84,12 +84,16 @@ def _die_with_parent() -> None:
         _PRCTL(1, signal.SIGTERM)
 
 
-def start(command: list[str], log: Path, share: int) -> subprocess.Popen:
-    """Start `command` with its output appended to `log`, told that `share` runs share the machine."""
+def start(command: list[str], log: Path, share: int, cwd: str | None = None,
+          own_session: bool = False) -> subprocess.Popen:
+    """Start `command` in `cwd` (default: this one; relative paths of the run, such as the runs root of the registry,
+    resolve there) with its output appended to `log`, told that `share` runs share the machine; `own_session` keeps
+    it out of its parent's process group (a Ray worker's, which Ray kills outright)."""
     env = {**os.environ, SHARE_VARIABLE: str(share), "PYTHONUNBUFFERED": "1"}
+    log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as sink:
         return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                preexec_fn=_die_with_parent)
+                                cwd=cwd, preexec_fn=_die_with_parent, start_new_session=own_session)
 
 
 def error_line(log: Path) -> str:

@@ -60,6 +60,7 @@ STUDY = "sweep"  # the study's name in the journal: fixed, so a renamed sweep di
 JOURNAL = "study.journal"
 MANIFEST = "sweep.yaml"  # the sweep file as run: a continuation must match it, apart from its budget
 BASE = "base.yaml"  # a copy of the base experiment file, which every run loads
+TUNE = "tune"  # Ray Tune's experiment directory (`--backend ray`, `experiments.sweep_tune`)
 POLL_S = 0.5
 
 
@@ -133,9 +134,9 @@ def default_out(plan: Plan) -> Path:
     return Path(plan.cfg.logging.runs_root) / "sweeps" / f"{datetime.now():%Y%m%d-%H%M%S}_{plan.path.stem}"
 
 
-def _record(out: Path, plan: Plan) -> str:
-    """Write the sweep file (and a base experiment file) into `out`, or check that a continuation matches them;
-    returns the SPEC every run loads."""
+def _record(out: Path, plan: Plan, backend: str) -> str:
+    """Write the sweep file (and a base experiment file) into `out`, or check that a continuation matches them and
+    the backend that made it (Ray Tune's continuation keeps the budget too); returns the SPEC every run loads."""
     sweep = plan.sweep.model_dump(mode="json", by_alias=True)
     base = Path(plan.spec).read_text() if plan.spec.endswith((".yaml", ".yml")) else None
     manifest = out / MANIFEST
@@ -144,13 +145,18 @@ def _record(out: Path, plan: Plan) -> str:
             known = SweepFile.model_validate(yaml.safe_load(manifest.read_text()))
         except (OSError, yaml.YAMLError, ValidationError) as exc:
             raise ConfigError(f"{manifest}: unreadable ({exc}); is {out} a sweep directory?") from None
+        made_with = "ray" if (out / TUNE).exists() else "optuna"
+        if made_with != backend:
+            raise ConfigError(f"--out {out}: this sweep runs on --backend {made_with}; continue it there")
         known_dump = known.model_dump(mode="json", by_alias=True)
-        changed = sorted(key for key in sweep if key != "budget" and known_dump[key] != sweep[key])
+        fixed = [key for key in sweep if key != "budget" or backend == "ray"]
+        changed = sorted(key for key in fixed if known_dump[key] != sweep[key])
         if base != ((out / BASE).read_text() if (out / BASE).exists() else None):
             changed.append(f"the base file {plan.spec}")
         if changed:
+            may = "" if backend == "ray" else " (only its budget may change)"
             raise ConfigError(f"--out {out}: its study was made from another sweep (differs in {', '.join(changed)}); "
-                              "continue with the same sweep file (only its budget may change) or choose another --out")
+                              f"continue with the same sweep file{may} or choose another --out")
     elif base is not None:
         write_atomic(out / BASE, base)
     written = plan.sweep.model_dump(mode="json", by_alias=True, exclude_unset=True)  # as the user wrote it
@@ -175,7 +181,7 @@ def _journal(out: Path) -> JournalStorage:
     return JournalStorage(JournalFileBackend(str(path)))
 
 
-def _sampler(sweep: SweepFile, trials_so_far: int) -> optuna.samplers.BaseSampler:
+def sampler(sweep: SweepFile, trials_so_far: int) -> optuna.samplers.BaseSampler:
     """The method's sampler, seeded. A continuation reseeds random, TPE and CMA-ES from (seed, trials so far), else
     their first proposals would repeat the first session's; the grid keeps its seed, which orders its points."""
     if sweep.method == "grid":
@@ -195,7 +201,7 @@ def _pruner(sweep: SweepFile, cfg: ExperimentConfig) -> optuna.pruners.BasePrune
     """Optuna's pruner for the sweep's; rungs in env steps, the first at `min_steps` (default: the evaluation
     interval). Hyperband's largest rung is found from the first finished trial (Optuna's "auto")."""
     pruner = sweep.pruner
-    first_rung = pruner.min_steps or cfg.eval.every_steps
+    first_rung = first_rung_steps(sweep, cfg)
     if pruner.kind == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=pruner.startup_trials, n_warmup_steps=pruner.warmup_steps)
     if pruner.kind == "asha":
@@ -206,7 +212,12 @@ def _pruner(sweep: SweepFile, cfg: ExperimentConfig) -> optuna.pruners.BasePrune
     return optuna.pruners.NopPruner()
 
 
-def _distributions(sweep: SweepFile) -> dict[str, optuna.distributions.BaseDistribution]:
+def first_rung_steps(sweep: SweepFile, cfg: ExperimentConfig) -> int:
+    """The env steps at which successive halving first compares trials (default: the evaluation interval)."""
+    return sweep.pruner.min_steps or cfg.eval.every_steps
+
+
+def distributions(sweep: SweepFile) -> dict[str, optuna.distributions.BaseDistribution]:
     found: dict[str, optuna.distributions.BaseDistribution] = {}
     for key, parameter in sweep.parameters.items():
         if parameter.kind == "float":
@@ -223,7 +234,7 @@ def open_study(storage: JournalStorage, plan: Plan) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress display reports trials
     known = next((s.n_trials for s in optuna.get_all_study_summaries(storage) if s.study_name == STUDY), 0)
     return optuna.create_study(storage=storage, study_name=STUDY, direction="maximize", load_if_exists=True,
-                               sampler=_sampler(plan.sweep, known), pruner=_pruner(plan.sweep, plan.cfg))
+                               sampler=sampler(plan.sweep, known), pruner=_pruner(plan.sweep, plan.cfg))
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, **kwargs: Any) -> None:
@@ -240,25 +251,34 @@ def _tell(study: optuna.Study, trial: optuna.Trial, **kwargs: Any) -> None:
 # ---------------------------------------------------------------- running
 
 
-def run_sweep(plan: Plan, out: Path, workers: int | None = None,
-              show: Callable[[Progress], None] | None = None) -> optuna.Study:
-    """Run (or continue) the sweep in `out` with `workers` run processes at once (default: the usable cores),
-    calling `show(progress)` as it goes; writes the report and returns the study. ConfigError for bad input, before
-    anything is created."""
+def run_sweep(plan: Plan, out: Path, workers: int | None = None, show: Callable[[Progress], None] | None = None,
+              backend: str = "optuna", address: str | None = None) -> optuna.Study:
+    """Run (or continue) the sweep in `out` with `workers` run processes at once (default: the usable cores; on Ray,
+    the cluster's CPUs), embedded (`backend` "optuna") or through Ray Tune ("ray", on the cluster at `address` or a
+    local instance), calling `show(progress)` as it goes; writes the report and returns the study. ConfigError for
+    bad input, before anything is created."""
     from rlfoundry.experiments.sweep_report import write_report
 
-    workers = usable_cores() if workers is None else workers
-    if workers < 1:
+    if backend not in ("optuna", "ray"):
+        raise ConfigError(f"--backend {backend}: sweep runs on optuna or ray")
+    if address and backend != "ray":
+        raise ConfigError("--address names a Ray cluster: give it with --backend ray")
+    if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers}: must be at least 1")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out {out}: cannot create it: {exc.strerror or exc}") from None
     with processes.locked(out, "sweep"):
-        spec = _record(out, plan)
-        storage = _journal(out)
-        study = open_study(storage, plan)
-        Driver(study, storage, plan, spec, out, workers, show).run()
+        spec = _record(out, plan, backend)
+        if backend == "ray":
+            from rlfoundry.experiments.sweep_tune import run_sweep_ray
+
+            study = run_sweep_ray(plan, spec, out, workers, address, show)
+        else:
+            storage = _journal(out)
+            study = open_study(storage, plan)
+            Driver(study, storage, plan, spec, out, workers or usable_cores(), show).run()
         write_report(out, study, plan.sweep, spec)
     return study
 
@@ -326,7 +346,7 @@ class Driver:
         return item
 
     def _ask(self) -> Live:
-        trial = self.study.ask(_distributions(self.sweep))
+        trial = self.study.ask(distributions(self.sweep))
         return Live(trial, self._runs(trial.number))
 
     def _runs(self, number: int) -> list[SeedRun]:
@@ -383,7 +403,7 @@ class Driver:
     def _advance(self, item: Live) -> bool:
         """Poll the trial's runs, report new evaluations, prune or finish it; True when it is over."""
         for run in item.runs:
-            self._poll(run)
+            poll(run, self.sweep)
         failed = [run for run in item.runs if run.state == "failed"]
         if failed:
             log = self._log(item.trial.number, failed[0].seed)
@@ -398,44 +418,19 @@ class Driver:
             return True
         return False
 
-    def _poll(self, run: SeedRun) -> None:
-        if run.state == "running":
-            code = run.process.poll()
-            if code is not None:
-                run.state = "finished" if code == 0 and run_status(run.run_dir) == "finished" else "failed"
-        self._read_evals(run)
-
-    def _read_evals(self, run: SeedRun) -> None:
-        """The run's evaluations on the evaluation grid, re-read when metrics.csv changed."""
-        path = run.run_dir / "metrics.csv"
-        try:
-            stat = path.stat()
-        except OSError:
-            return
-        if (stat.st_size, stat.st_mtime_ns) == run.stamp:
-            return
-        run.stamp = (stat.st_size, stat.st_mtime_ns)
-        every, total = _schedule(run.run_dir)
-        columns = read_metrics(path)
-        steps, values = columns.get("global_step", []), columns.get(METRICS[self.sweep.metric][1], [])
-        run.evals = {_grid_step(int(step), every, total): float(value)
-                     for step, value in zip(steps, values) if np.isfinite(value)}
-
     def _report(self, item: Live) -> bool:
         """Report the objective at each evaluation step all the trial's runs have reached; True to prune."""
-        common = set.intersection(*(set(run.evals) for run in item.runs))
-        for step in sorted(step for step in common if step > item.reported):
-            item.trial.report(OBJECTIVES[self.sweep.objective]([run.evals[step] for run in item.runs]), step)
+        for step, value in new_reports(item.runs, self.sweep, item.reported):
+            item.trial.report(value, step)
             item.reported = step
             if item.trial.should_prune():
                 return True
         return False
 
     def _complete(self, item: Live) -> None:
-        key = METRICS[self.sweep.metric][0]
-        returns = [_summary_value(run.run_dir, key) for run in item.runs]
-        if any(value is None for value in returns):
-            self._halt(item, f"a run finished without {key} in its summary.json")
+        returns = final_returns(item.runs, self.sweep)
+        if returns is None:
+            self._halt(item, f"a run finished without {METRICS[self.sweep.metric][0]} in its summary.json")
             return
         item.trial.set_user_attr("returns", returns)
         _tell(self.study, item.trial, values=OBJECTIVES[self.sweep.objective](returns))
@@ -482,7 +477,50 @@ class Driver:
         return min(etas, default=None)
 
 
-def _schedule(run_dir: Path) -> tuple[int, int]:
+# ---------------------------------------------------------------- a trial's runs, read from their directories
+# (shared with the Ray Tune backend, `experiments.sweep_tune`)
+
+
+def poll(run: SeedRun, sweep: SweepFile) -> None:
+    """Update a run's state from its process and re-read its evaluations."""
+    if run.state == "running":
+        code = run.process.poll()
+        if code is not None:
+            run.state = "finished" if code == 0 and run_status(run.run_dir) == "finished" else "failed"
+    _read_evals(run, METRICS[sweep.metric][1])
+
+
+def new_reports(runs: list[SeedRun], sweep: SweepFile, reported: int) -> list[tuple[int, float]]:
+    """(step, objective over the runs) at each evaluation step after `reported` that every run has reached."""
+    common = set.intersection(*(set(run.evals) for run in runs))
+    return [(step, OBJECTIVES[sweep.objective]([run.evals[step] for run in runs]))
+            for step in sorted(step for step in common if step > reported)]
+
+
+def final_returns(runs: list[SeedRun], sweep: SweepFile) -> list[float] | None:
+    """Each finished run's final metric from its summary.json; None when one lacks it."""
+    returns = [_summary_value(run.run_dir, METRICS[sweep.metric][0]) for run in runs]
+    return None if any(value is None for value in returns) else returns
+
+
+def _read_evals(run: SeedRun, column: str) -> None:
+    """The run's evaluations on the evaluation grid, re-read when metrics.csv changed."""
+    path = run.run_dir / "metrics.csv"
+    try:
+        stat = path.stat()
+    except OSError:
+        return
+    if (stat.st_size, stat.st_mtime_ns) == run.stamp:
+        return
+    run.stamp = (stat.st_size, stat.st_mtime_ns)
+    every, total = run_schedule(run.run_dir)
+    columns = read_metrics(path)
+    steps, values = columns.get("global_step", []), columns.get(column, [])
+    run.evals = {_grid_step(int(step), every, total): float(value)
+                 for step, value in zip(steps, values) if np.isfinite(value)}
+
+
+def run_schedule(run_dir: Path) -> tuple[int, int]:
     """(eval.every_steps, train.total_timesteps) of a run, from its config.yaml (parameters may change them)."""
     try:
         config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}

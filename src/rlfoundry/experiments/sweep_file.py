@@ -18,9 +18,9 @@ parameters:
   network.hidden_sizes: {choice: [[64, 64], [256, 256]]}
 ```
 
-Nothing here knows about Optuna: the embedded driver (`experiments.sweep`) reads this file, and a Ray Tune backend
-would read the same one, start each trial's runs with the same `run_args` (`experiments.processes`) in the same
-`run_dir`s, and write the same report (`experiments.sweep_report`) from the Optuna study its OptunaSearch keeps.
+Nothing here knows about Optuna: the embedded driver (`experiments.sweep`) and the Ray Tune backend
+(`experiments.sweep_tune`) read this file, start each trial's runs with the same `run_args` in `run_dir`s, and write
+the same report (`experiments.sweep_report`) from an Optuna study.
 A parameter's value reaches a run as one more `key=value` override (`overrides`), written in YAML flow style, so
 any value the config accepts (a schedule, a list) can be a choice.
 """
@@ -275,9 +275,9 @@ def overrides(sweep: SweepFile, labels: dict[str, Any]) -> list[str]:
     return [f"{key}={override_text(sweep.parameters[key].value_of(label))}" for key, label in labels.items()]
 
 
-def run_dir(out: Path, number: int, seed: int) -> Path:
-    """Where a trial's run of one seed lives in the sweep directory."""
-    return Path(out) / "trials" / str(number) / f"s{seed}"
+def run_dir(out: Path, trial: int | str, seed: int) -> Path:
+    """Where a trial's run of one seed lives in the sweep directory (`trial`: its number, or its Ray Tune id)."""
+    return Path(out) / "trials" / str(trial) / f"s{seed}"
 
 
 def run_args(sweep: SweepFile, spec: str, labels: dict[str, Any], seed: int, group: str) -> list[str]:

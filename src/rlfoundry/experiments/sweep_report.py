@@ -48,6 +48,11 @@ def write_report(out: Path, study: optuna.Study, sweep: SweepFile, spec: str) ->
     write_atomic(out / "sweep.md", "\n".join(lines) + "\n")
 
 
+def folder(trial: FrozenTrial) -> str:
+    """The trial's directory under trials/: its number, or Ray Tune's trial id (`--backend ray`)."""
+    return str(trial.user_attrs.get("folder", trial.number))
+
+
 def best_seed(sweep: SweepFile, trial: FrozenTrial) -> int:
     """The seed of the trial's best run (its highest final return)."""
     returns = trial.user_attrs.get("returns") or []
@@ -62,11 +67,11 @@ def _best_yaml(out: Path, sweep: SweepFile, spec: str, trial: FrozenTrial, seed:
     `auto` threads resolved to its share of the machine gets that count pinned: results repeat only at the same
     count (README, "Reproducibility")."""
     data = experiment(sweep, spec, trial.params, seed)
-    threads = _resolved_threads(run_dir(out, trial.number, seed))
+    threads = _resolved_threads(run_dir(out, folder(trial), seed))
     if threads is not None:
         data = apply_overrides(data, [f"train.torch_threads={threads}"])
     head = (f"# sweep {out.name}: trial {trial.number}, objective {trial.value:.6g} ({sweep.objective} of "
-            f"{sweep.metric} over {_seeds(sweep)}), its best run: seed {seed}, trials/{trial.number}/s{seed}.\n"
+            f"{sweep.metric} over {_seeds(sweep)}), its best run: seed {seed}, trials/{folder(trial)}/s{seed}.\n"
             f"# rlfoundry train best.yaml repeats that run.\n")
     return head + yaml.safe_dump(data, sort_keys=False)
 
@@ -105,7 +110,7 @@ def _setting(sweep: SweepFile, study: optuna.Study) -> list[str]:
 
 def _best(out: Path, sweep: SweepFile, trial: FrozenTrial, seed: int) -> list[str]:
     returns = trial.user_attrs.get("returns") or []
-    runs = ", ".join(f"`trials/{trial.number}/s{s}` ({_number(value)})" for s, value in zip(sweep.seeds, returns))
+    runs = ", ".join(f"`trials/{folder(trial)}/s{s}` ({_number(value)})" for s, value in zip(sweep.seeds, returns))
     lines = [f"## Best: trial {trial.number}, objective {_number(trial.value)}", "", "| parameter | value |",
              "| --- | --- |"]
     lines += [f"| `{key}` | {_value(sweep, key, trial.params[key])} |" for key in sweep.parameters]
@@ -133,8 +138,8 @@ def _table(out: Path, sweep: SweepFile, trials: list[FrozenTrial]) -> list[str]:
              + " | runs | note |", "|" + " --- |" * (len(keys) + 5)]
     for trial in trials:
         values = [_value(sweep, key, trial.params[key]) if key in trial.params else "" for key in keys]
-        runs = " ".join(f"`trials/{trial.number}/s{seed}`" for seed in sweep.seeds
-                        if run_dir(out, trial.number, seed).exists())
+        runs = " ".join(f"`trials/{folder(trial)}/s{seed}`" for seed in sweep.seeds
+                        if run_dir(out, folder(trial), seed).exists())
         lines.append(f"| {trial.number} | {_state(trial)} | {_number(trial.value)} | " + " | ".join(values)
                      + f" | {runs} | {_note(trial)} |")
     return lines + [""]

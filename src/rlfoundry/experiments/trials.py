@@ -126,20 +126,24 @@ def _merge_manifest(out: Path, specs: list[str], seeds: list[int], overrides: li
     write_atomic(path, yaml.safe_dump({"specs": specs, "seeds": seeds, "overrides": list(overrides)}, sort_keys=False))
 
 
-def _start(trial: Trial, overrides: list[str], group: str, logs: Path, share: int) -> Running:
+def _start(trial: Trial, overrides: list[str], group: str, logs: Path, share: int, launch) -> Running:
     log = logs / f"{trial.run_dir.parent.name}_s{trial.seed}.log"
     trial.run_dir.parent.mkdir(parents=True, exist_ok=True)
     args = [trial.spec, *overrides, f"train.seed={trial.seed}", f"logging.group={group}"]
-    return Running(trial, processes.start(processes.train_command(trial.run_dir, args), log, share))
+    return Running(trial, launch(processes.train_command(trial.run_dir, args), log, share))
 
 
 def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Path, workers: int | None = None,
-               show=None) -> list[RunResult]:
-    """Run (or continue) the set in `out` with `workers` processes (default: the usable cores), calling
+               show=None, backend: str = "local", address: str | None = None) -> list[RunResult]:
+    """Run (or continue) the set in `out` with `workers` processes at once (default: the usable cores; on Ray, the
+    cluster's CPUs), here or on a Ray cluster (`backend` "ray", at `address` or a local instance), calling
     `show(progress)` as it goes; returns every run's result after writing the report. ConfigError for bad input,
     before anything is created."""
-    workers = usable_cores() if workers is None else workers
-    if workers < 1:
+    if backend not in ("local", "ray"):
+        raise ConfigError(f"--backend {backend}: trials runs on local or ray")
+    if address and backend != "ray":
+        raise ConfigError("--address names a Ray cluster: give it with --backend ray")
+    if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers}: must be at least 1")
     trials = plan(specs, seeds, overrides, out)
     try:
@@ -148,13 +152,21 @@ def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Pa
         raise ConfigError(f"--out {out}: cannot create it: {exc.strerror or exc}") from None
     with processes.locked(out, "trials"):
         _merge_manifest(out, specs, seeds, overrides)
-        _run_all(trials, overrides, out, workers, show)
+        if backend == "ray":
+            from rlfoundry.experiments import cluster
+
+            with cluster.connected(address, workers, out) as cpus:
+                _run_all(trials, overrides, out, cpus, show, cluster.start)
+        else:
+            _run_all(trials, overrides, out, workers or usable_cores(), show, processes.start)
         results = [read_run(trial.run_dir, trial.spec, trial.seed) for trial in trials]
         write_report(out, results, title=f"trials {out.name}")
     return results
 
 
-def _run_all(trials: list[Trial], overrides: list[str], out: Path, workers: int, show) -> None:
+def _run_all(trials: list[Trial], overrides: list[str], out: Path, workers: int, show, launch) -> None:
+    """Run the trials not finished yet, `workers` at once, each started by `launch` (`processes.start` or
+    `cluster.start`)."""
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
     pending = [trial for trial in trials if run_status(trial.run_dir) != "finished"]
@@ -166,7 +178,7 @@ def _run_all(trials: list[Trial], overrides: list[str], out: Path, workers: int,
     try:
         while pending or running:
             while pending and len(running) < workers:
-                running.append(_start(pending.pop(0), overrides, out.name, logs, share))
+                running.append(_start(pending.pop(0), overrides, out.name, logs, share, launch))
             time.sleep(POLL_S)
             for run in list(running):
                 code = run.process.poll()

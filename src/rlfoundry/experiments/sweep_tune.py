@@ -1,0 +1,265 @@
+"""`rlfoundry sweep --backend ray`: the same sweep file through Ray Tune, on a Ray cluster or a local instance.
+
+- **Search**: Tune's `OptunaSearch` with the sweep's Optuna sampler (grid, random, TPE, CMA-ES) over the same
+  distributions as the embedded backend; a trial's parameters reach its runs as the same overrides.
+- **Scheduling**: Tune's own schedulers take the pruner's place, on the same env-step grid of evaluations:
+  `asha` is `ASHAScheduler`, `hyperband` is `HyperBandScheduler` (it pauses trials: their runs checkpoint and resume
+  when it picks them up again), `median` is `MedianStoppingRule`, `none` is FIFO.
+- **A trial** (`SweepTrial`) is a Tune trainable holding `seeds_per_trial` CPUs on some node; it starts its seeds'
+  ordinary `rlfoundry train` runs in `OUT/trials/<Tune trial id>/s<seed>` and reports, one Tune result per
+  evaluation step all of them have reached, the objective over the seeds. Results travel to the head through Ray;
+  the run directories are written into `--out`, which every node must see (`experiments.cluster`).
+- **Continuing**: Tune keeps its experiment state in `OUT/tune`; the same command again restores it
+  (`Tuner.restore`), trials that were under way start again and their runs resume from their checkpoints, finished
+  runs are kept. Tune restores the sweep as it began, so a continuation must use the same sweep file, budget
+  included. The minutes budget counts every session (the searcher keeps the time spent in its state).
+- **The report**: at the end the Tune results are written as an Optuna study into `OUT/study.journal` (completed
+  trials with their returns, stopped ones as PRUNED with their reports, failed ones with their error), and the
+  embedded backend's report is written from it: sweep.md, the plots, best.yaml.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+from ray import tune
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from rlfoundry.experiments import cluster, processes
+from rlfoundry.experiments.sweep import (JOURNAL, POLL_S, STUDY, TUNE, Plan, Progress, SeedRun, distributions,
+                                         sampler, final_returns, first_rung_steps, new_reports, poll,
+                                         run_schedule)
+from rlfoundry.experiments.sweep_file import METRICS, OBJECTIVES, SweepFile, run_args, run_dir
+from rlfoundry.run.hardware import usable_cores
+from rlfoundry.run.rundir import run_status
+
+
+class Search(OptunaSearch):
+    """OptunaSearch that proposes no trial once the sweep's minutes are spent (those under way finish), counting the
+    time of every session: the time spent so far is part of the state Tune saves and restores."""
+
+    def __init__(self, minutes: float | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._minutes, self._spent, self._since = minutes, 0.0, time.monotonic()
+
+    def elapsed(self) -> float:
+        return self._spent + time.monotonic() - self._since
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        if self._minutes is not None and self.elapsed() >= self._minutes * 60:
+            return Searcher.FINISHED
+        return super().suggest(trial_id)
+
+    def save(self, checkpoint_path: str) -> None:
+        now = time.monotonic()
+        self._spent, self._since = self._spent + now - self._since, now
+        super().save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        self._since = time.monotonic()  # (the saved one is another process's clock)
+
+
+class SweepTrial(tune.Trainable):
+    """One trial: its seeds' runs, one Tune result per evaluation step they have all reached, the last one when all
+    finished (`finished: True`, with each seed's return)."""
+
+    def setup(self, config: dict, sweep: SweepFile, spec: str, out: str, share: int, cwd: str) -> None:
+        self.sweep, self.out, self.reported, self.total = sweep, Path(out), -1, 0
+        self.runs = [SeedRun(seed, run_dir(self.out, self.trial_id, seed)) for seed in sweep.seeds]
+        labels = {key: config[key] for key in sweep.parameters}
+        for run in self.runs:
+            if run_status(run.run_dir) == "finished":
+                run.state = "finished"
+                continue
+            run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+            args = run_args(sweep, spec, labels, run.seed, self.out.name)
+            run.process = processes.start(processes.train_command(run.run_dir, args), self._log(run.seed), share,
+                                          cwd=cwd, own_session=True)
+            run.state = "running"
+
+    def _log(self, seed: int) -> Path:
+        return self.out / "logs" / f"{self.trial_id}_s{seed}.log"
+
+    def step(self) -> dict:
+        while True:
+            for run in self.runs:
+                poll(run, self.sweep)
+            failed = next((run for run in self.runs if run.state == "failed"), None)
+            if failed is not None:
+                log = self._log(failed.seed)
+                raise RuntimeError(f"seed {failed.seed}: {processes.error_line(log)} (output in {log})")
+            finished = all(run.state == "finished" for run in self.runs)
+            # The final evaluation comes with the final result: a scheduler stops a trial whose step reaches the
+            # budget, and it should be stopped finished.
+            reports = [(step, value) for step, value in new_reports(self.runs, self.sweep, self.reported)
+                       if step < self._total()]
+            if reports:
+                self.reported, value = reports[0]
+                return {"objective": value, "step": self.reported, "finished": False}
+            if finished:
+                returns = final_returns(self.runs, self.sweep)
+                if returns is None:
+                    raise RuntimeError(f"a run finished without {METRICS[self.sweep.metric][0]} in its summary.json")
+                return {"objective": OBJECTIVES[self.sweep.objective](returns), "step": self._total(),
+                        "finished": True, "returns": returns, "done": True}
+            time.sleep(POLL_S)
+
+    def _total(self) -> int:
+        """The runs' train.total_timesteps (a parameter may set it), from the first run's config.yaml."""
+        if not self.total:
+            self.total = run_schedule(self.runs[0].run_dir)[1]
+        return self.total or math.inf
+
+    def cleanup(self) -> None:
+        """Stopped (pruned, paused, or the sweep ends): the runs checkpoint and stop."""
+        processes.stop([run.process for run in self.runs if run.state == "running"])
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict:
+        return {"reported": self.reported}  # the runs keep their own checkpoints in their run directories
+
+    def load_checkpoint(self, checkpoint: dict) -> None:
+        self.reported = checkpoint["reported"]
+
+
+_show: list[Callable[[Progress], None]] = []  # the display of this command (a callback Tune pickles holds none)
+
+
+class Display(tune.Callback):
+    """Hands the progress display the counts and the best objective after every step of Tune's loop."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if not _show:
+            return
+        states = [trial.status for trial in trials]
+        complete = [trial for trial in trials if (trial.last_result or {}).get("finished")]
+        best = max(complete, key=lambda trial: trial.last_result["objective"], default=None)
+        _show[0](Progress(complete=len(complete), limit=self.limit, running=states.count("RUNNING"),
+                          pruned=sum(state == "TERMINATED" for state in states) - len(complete),
+                          failed=states.count("ERROR"),
+                          best=best.last_result["objective"] if best else None,
+                          best_trial=trials.index(best) if best else None))
+
+
+def _dirname(trial) -> str:
+    return trial.trial_id
+
+
+def _scheduler(plan: Plan):
+    """Tune's scheduler for the sweep's pruner, in env steps on the evaluation grid."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, MedianStoppingRule
+
+    pruner, total = plan.sweep.pruner, plan.cfg.train.total_timesteps
+    first_rung = first_rung_steps(plan.sweep, plan.cfg)
+    if pruner.kind == "asha":
+        return ASHAScheduler(time_attr="step", max_t=total, grace_period=first_rung,
+                             reduction_factor=pruner.reduction_factor or 4)
+    if pruner.kind == "hyperband":
+        return HyperBandScheduler(time_attr="step", max_t=total, reduction_factor=pruner.reduction_factor or 3)
+    if pruner.kind == "median":
+        return MedianStoppingRule(time_attr="step", grace_period=pruner.warmup_steps,
+                                  min_samples_required=max(1, pruner.startup_trials))
+    return FIFOScheduler()
+
+
+def run_sweep_ray(plan: Plan, spec: str, out: Path, workers: int | None, address: str | None,
+                  show: Callable[[Progress], None] | None) -> optuna.Study:
+    """Run (or continue) the sweep on Ray; returns the study the report is written from."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's console output: the display below shows progress
+    # Tune saves its experiment state (trials, searcher) at most this often; a second's worth is cheap, and a
+    # `kill -9` then loses at most the trials proposed in the last two seconds (their runs start again).
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
+    # (OptunaSearch logs GridSampler's "Study.stop is supposed to be invoked inside an objective" after the last point)
+    logging.getLogger("ray.tune.search.optuna.optuna_search").setLevel(logging.ERROR)
+    with cluster.connected(address, workers, out) as cpus:
+        per_trial = min(len(plan.sweep.seeds), cpus)
+        # Each run's `auto` threads: its trial's CPUs shared among its seeds, out of the node's cores.
+        share = math.ceil(usable_cores() * len(plan.sweep.seeds) / per_trial)
+        trainable = tune.with_resources(
+            tune.with_parameters(SweepTrial, sweep=plan.sweep, spec=spec, out=str(out.resolve()), share=share,
+                                 cwd=os.getcwd()),
+            {"cpu": per_trial})
+        path = out.resolve() / TUNE
+        _show[:] = [show] if show is not None else []
+        started, before = time.monotonic(), _elapsed_before(out)
+        try:
+            if tune.Tuner.can_restore(str(path)):
+                tuner = tune.Tuner.restore(str(path), trainable, resume_unfinished=True, resume_errored=False)
+            else:
+                tuner = _new_tuner(plan, trainable, out, cpus // per_trial)
+            results = tuner.fit()
+        finally:
+            _show.clear()
+    return _write_study(out, plan, results, before + time.monotonic() - started)
+
+
+def _elapsed_before(out: Path) -> float:
+    """The sweep's time in earlier sessions, as the last report's study recorded it."""
+    if not (out / JOURNAL).exists():
+        return 0.0
+    try:
+        study = optuna.load_study(study_name=STUDY, storage=JournalStorage(JournalFileBackend(str(out / JOURNAL))))
+    except (KeyError, ValueError):
+        return 0.0
+    return float(study.user_attrs.get("elapsed_s", 0.0))
+
+
+def _new_tuner(plan: Plan, trainable, out: Path, concurrent: int) -> tune.Tuner:
+    sweep = plan.sweep
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    search = Search(sweep.budget.minutes, space=distributions(sweep), sampler=sampler(sweep, 0), metric="objective",
+                    mode="max")
+    limit = plan.trial_limit
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(metric="objective", mode="max", search_alg=search, scheduler=_scheduler(plan),
+                                    num_samples=limit if limit is not None else -1,
+                                    max_concurrent_trials=max(1, concurrent), trial_dirname_creator=_dirname),
+        run_config=tune.RunConfig(name=TUNE, storage_path=str(out.resolve()), verbose=0,
+                                  callbacks=[Display(limit)], failure_config=tune.FailureConfig(max_failures=0)))
+
+
+def _write_study(out: Path, plan: Plan, results, elapsed_s: float) -> optuna.Study:
+    """The Tune results as an Optuna study in OUT/study.journal (written aside, then moved into place), with the
+    sweep's time so far (`elapsed_s`)."""
+    space = distributions(plan.sweep)
+    path, aside = out / JOURNAL, out / f"{JOURNAL}.new"
+    aside.unlink(missing_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=JournalStorage(JournalFileBackend(str(aside))), study_name=STUDY,
+                                direction="maximize")
+    study.set_user_attr("elapsed_s", round(elapsed_s, 1))
+    for result in results:
+        metrics, folder = result.metrics or {}, Path(result.path).name
+        history = result.metrics_dataframe
+        reports = {} if history is None or "step" not in history else {
+            int(step): float(value) for step, value, done in zip(history["step"], history["objective"],
+                                                                 history["finished"]) if not done}
+        attrs = {"folder": folder}
+        if metrics.get("finished"):
+            state, value = TrialState.COMPLETE, float(metrics["objective"])
+            attrs["returns"] = list(metrics["returns"])
+        elif result.error is not None:
+            state, value = TrialState.FAIL, None
+            attrs["error"] = str(result.error).strip().splitlines()[-1]
+        else:
+            state, value = TrialState.PRUNED, None
+        params = {key: result.config[key] for key in plan.sweep.parameters}
+        study.add_trial(optuna.trial.create_trial(state=state, value=value, params=params, distributions=space,
+                                                  intermediate_values=reports, user_attrs=attrs))
+    os.replace(aside, path)
+    Path(f"{aside}.lock").unlink(missing_ok=True)
+    return optuna.load_study(study_name=STUDY, storage=JournalStorage(JournalFileBackend(str(path))))

@@ -1,0 +1,116 @@
+"""`--backend ray` on a local Ray instance: trials write the same outputs and continue after `kill -9`; a sweep runs
+through Ray Tune (Optuna's sampler, Tune's ASHA), prunes a bad trial, writes the same report, its best.yaml repeats
+the best run, and a killed sweep continues without losing or redoing a trial; a cluster nobody runs exits 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from rlfoundry.run.registry import Registry
+from tests.e2e.test_sweep import SMALL, cli, digest, finish, rows, summary, trials, write_sweep
+
+pytestmark = pytest.mark.xdist_group("processes")
+
+
+def wait_for(condition, process, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None and time.monotonic() < deadline, finish(process)[1]
+        time.sleep(0.2)
+
+
+def kill_and_wait_for_checkpoint(process, run_dir: Path) -> None:
+    """SIGKILL the command; its run under way gets SIGTERM from its dying Ray worker, checkpoints and stops."""
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=30)
+    deadline = time.monotonic() + 60
+    while summary(run_dir).get("status") == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert summary(run_dir)["status"] == "stopped"
+
+
+def test_trials_on_ray_write_the_report_and_continue_after_kill_9(tmp_path):
+    out = tmp_path / "set"
+    # Long enough that the run under way is still going when Ray's workers notice, seconds later, that the
+    # command died.
+    args = ("trials", "CartPole-v1:ppo", "--seeds", "2", "--backend", "ray", "--workers", "1", "--out", str(out),
+            *SMALL, "train.total_timesteps=30720", "checkpoint.every_steps=2048")
+    first = cli(*args, cwd=tmp_path)
+    runs = [out / "CartPole-v1_ppo" / f"s{seed}" for seed in (1, 2)]
+    wait_for(lambda: summary(runs[0]).get("status") == "finished"
+             and (runs[1] / "checkpoints" / "last.json").exists(), first)
+    kill_and_wait_for_checkpoint(first, runs[1])
+    kept = digest(runs[0])
+
+    code, text = finish(cli(*args, cwd=tmp_path))
+    assert code == 0, text
+    assert digest(runs[0]) == kept  # not redone
+    assert "resumed" in (runs[1] / "run.log").read_text().lower()
+    assert [row["status"] for row in csv.DictReader((out / "trials.csv").open())] == ["finished"] * 2
+    assert (out / "trials.md").is_file() and (out / "curves.png").is_file()
+    assert sorted(r.seed for r in Registry(tmp_path / "runs").query({"group": "set"})) == [1, 2]
+
+
+def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_run(tmp_path):
+    out = tmp_path / "grid"
+    sweep = write_sweep(tmp_path, "[1.0e-12, 3.0e-3, 2.0e-3]", "seed: 3", "pruner: asha",
+                        overrides=[*SMALL, "train.total_timesteps=12288"])
+    code, text = finish(cli("sweep", str(sweep), "--backend", "ray", "--workers", "1", "--out", str(out),
+                            cwd=tmp_path))
+    assert code == 0, text
+    good, bad, last = trials(out)  # the study the report is written from, in OUT/study.journal
+    assert [good.params["algo.lr"], bad.params["algo.lr"]] == [3e-3, 1e-12], "the grid's seed 3 orders them so"
+    assert good.state.name == "COMPLETE" and good.value > 100 and bad.state.name == "PRUNED"
+    stopped = summary(out / "trials" / bad.user_attrs["folder"] / "s1")
+    assert stopped["status"] == "stopped" and stopped["total_steps"] < 12288
+    report = (out / "sweep.md").read_text()
+    assert f"## Best: trial {good.number}" in report and "pruned at step 2,048" in report
+    assert (out / "history.png").is_file()
+    assert last.state.name in ("COMPLETE", "PRUNED")
+    assert len(Registry(tmp_path / "runs").query({"group": "grid"})) == 3
+
+    code, text = finish(cli("train", str(out / "best.yaml"), "--run-dir", str(tmp_path / "again"), cwd=tmp_path))
+    assert code == 0, text
+    assert rows(tmp_path / "again") == rows(out / "trials" / good.user_attrs["folder"] / "s1")
+
+
+def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path):
+    out = tmp_path / "grid"
+    overrides = [*SMALL, "train.total_timesteps=30720", "checkpoint.every_steps=2048"]
+    args = ("sweep", str(write_sweep(tmp_path, "[1.0e-3, 3.0e-3]", overrides=overrides)), "--backend", "ray",
+            "--workers", "1", "--out", str(out))
+    first = cli(*args, cwd=tmp_path)
+
+    def runs() -> list[Path]:
+        return sorted((out / "trials").glob("*/s1"), key=lambda path: path.stat().st_mtime)
+
+    wait_for(lambda: len(runs()) == 2 and summary(runs()[0]).get("status") == "finished"
+             and (runs()[1] / "checkpoints" / "last.json").exists(), first)
+    done, under_way = runs()
+    kill_and_wait_for_checkpoint(first, under_way)
+    kept = digest(done)
+
+    code, text = finish(cli(*args, cwd=tmp_path))
+    assert code == 0, text
+    found = trials(out)
+    assert sorted(trial.state.name for trial in found) == ["COMPLETE", "COMPLETE"]
+    assert sorted(trial.user_attrs["folder"] for trial in found) == sorted(path.parent.name for path in (done, under_way))
+    assert digest(done) == kept  # the finished trial's run was not redone
+    assert "resumed" in (under_way / "run.log").read_text().lower()
+    assert summary(under_way)["total_steps"] == 30720
+
+
+@pytest.mark.parametrize("command", ["trials", "sweep"])
+def test_a_ray_address_nobody_answers_at_exits_2(tmp_path, command):
+    target = ["CartPole-v1:ppo"] if command == "trials" else [str(write_sweep(tmp_path, "[1.0e-3]"))]
+    code, text = finish(cli(command, *target, "--backend", "ray", "--address", "127.0.0.1:9", "--out",
+                            str(tmp_path / "out"), cwd=tmp_path), timeout=60)
+    assert code == 2, text
+    assert "127.0.0.1:9" in text and "no Ray cluster answers" in text and "Traceback" not in text
