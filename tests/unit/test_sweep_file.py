@@ -68,10 +68,34 @@ def test_a_bad_sweep_file_exits_2_naming_the_key_and_creates_nothing(tmp_path, m
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("cmaes") is not None, reason="cmaes is installed")
-def test_cmaes_without_its_package_names_it(tmp_path):
+def test_cmaes_without_its_package_names_it(tmp_path, monkeypatch):
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "cmaes" else find(name, *args))
     with pytest.raises(ConfigError, match="pip install cmaes"):
         prepare(sweep_file(tmp_path, GOOD.replace("method: tpe", "method: cmaes")))
+
+
+def test_cmaes_searches_the_sweeps_space_and_closes_in_on_the_best(tmp_path):
+    """CMA-ES (Optuna's CmaEsSampler on the cmaes package) over the sweep's distributions, on a known objective:
+    its proposals stay in the ranges and the later ones come closer to the optimum than the first ones."""
+    import numpy as np
+    import optuna
+
+    from rlfoundry.experiments.sweep import distributions, sampler
+
+    text = GOOD.replace("method: tpe", "method: cmaes").replace("  algo.num_steps: {choice: [32, 64]}\n",
+                                                                 "  algo.gamma: {float: [0.9, 0.999]}\n")
+    sweep = read_sweep(sweep_file(tmp_path, text))
+    study = optuna.create_study(direction="maximize", sampler=sampler(sweep, 0))
+    errors = []
+    for _ in range(60):
+        trial = study.ask(distributions(sweep))
+        lr, gamma = trial.params["algo.lr"], trial.params["algo.gamma"]
+        assert 1e-5 <= lr <= 1e-2 and 0.9 <= gamma <= 0.999
+        errors.append(abs(np.log10(lr) + 3.5) + abs(gamma - 0.95) * 20)
+        study.tell(trial, -errors[-1])
+    assert type(study.sampler).__name__ == "CmaEsSampler"
+    assert np.median(errors[-15:]) < 0.5 * np.median(errors[:15])
 
 
 @pytest.mark.parametrize("value", [1e-12, 3e-4, "lin_0.2", "1e-3", [64, 64], {"kind": "linear", "start": 1.0},

@@ -65,6 +65,7 @@ def connected(address: str | None, workers: int | None, out: Path) -> Iterator[i
     """Connect to the Ray cluster at `address`, or start a local instance with `workers` CPUs (default: the usable
     cores); yields the CPUs runs may use at once (`workers`, at most the cluster's). On a cluster, checks first
     that every node sees `out`. Disconnects (and stops a local instance) at the end."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reports to Ray's servers unless the user asks
     ray = _import_ray()
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers}: must be at least 1")

@@ -1,0 +1,125 @@
+"""The benchmark table: every row of benchmarks/suite.yaml, every seed an ordinary run, through one `rlfoundry
+trials` set; then a table of each row's final evaluation return (IQM and mean over the seeds with 95% stratified
+bootstrap intervals, from the trials statistics) beside its published anchor, and the wall time it took.
+
+Run:  python benchmarks/suite.py [--seeds N] [--workers P] [--out DIR] [--table docs/BENCHMARKS.md] [--only REGEX]
+The same command again continues the set (finished runs are kept); `--report-only` rewrites the table from what
+has finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from rlfoundry.experiments import stats
+from rlfoundry.experiments.results import read_run
+from rlfoundry.experiments.trials import plan, run_trials
+from rlfoundry.run.hardware import machine, usable_cores
+
+HERE = Path(__file__).resolve().parent
+
+
+def read_suite(path: Path) -> dict:
+    suite = yaml.safe_load(path.read_text())
+    if not isinstance(suite, dict) or not suite.get("rows"):
+        raise SystemExit(f"{path}: expected `seeds:` and a list of `rows:`")
+    return suite
+
+
+_last: list[tuple[int, int]] = []
+
+
+def show(progress) -> None:
+    """A line whenever a run ends."""
+    state = (progress.done, progress.failed)
+    if _last != [state]:
+        _last[:] = [state]
+        print(f"{time.strftime('%H:%M:%S')}  {progress.done} done, {progress.running} running, "
+              f"{progress.failed} failed; {progress.steps:,} of {progress.total:,} steps", flush=True)
+
+
+def row(entry: dict, results) -> str:
+    anchor = entry.get("anchor") or {}
+    finished = [r for r in results if r.final_return is not None]
+    scores = np.array([[r.final_return] for r in finished])
+    budget = max((r.steps or 0 for r in results), default=0)
+    wall = sum(r.wall_time_s or 0.0 for r in results)
+    if len(finished) == 0:
+        iqm = mean = "—"
+        verdict = "not run yet"
+    else:
+        est = stats.interval_estimates(scores)
+        iqm = f"{est['iqm'].value:.4g} [{est['iqm'].low:.4g}, {est['iqm'].high:.4g}]"
+        mean = f"{est['mean'].value:.4g} [{est['mean'].low:.4g}, {est['mean'].high:.4g}]"
+        target = anchor.get("return")
+        if target is None:
+            verdict = "—"
+        elif est["iqm"].high >= target:  # the anchor is inside or below the interval
+            verdict = "matches"
+        else:
+            verdict = "**below**"
+    anchor_text = "—" if anchor.get("return") is None else f"{anchor['return']:g}"
+    return (f"| `{entry['spec']}` | {budget:,} | {len(finished)}/{len(results)} | {iqm} | {mean} | {anchor_text} | "
+            f"{verdict} | {wall / 60:.1f} min | {anchor.get('source', '')} |")
+
+
+INTRO = """# Benchmarks
+
+Every row of `benchmarks/suite.yaml` trained with its preset's settings and budget, {seeds} seeds each, as one
+`rlfoundry trials` set (`python benchmarks/suite.py`; the same command again continues it, `--report-only` rewrites
+this page). The score of a run is its final evaluation return (the trainer's deterministic evaluation); over a row's
+seeds, the interquartile mean (IQM) and the mean, each with a 95% stratified bootstrap interval (Agarwal et al.
+2021; `experiments/stats.py`). Runs stop early once their evaluation reaches the preset's `solved` threshold, as
+the presets do by default, so a solved row's steps can be below its budget. The anchor is the published figure the
+row should match, with its source (`benchmarks/suite.yaml` says which version and settings); "matches" means the
+anchor lies inside or below the IQM's interval, "below" that the whole interval is under it. Wall time is the sum of
+the seeds' training times; two runs shared the machine's two cores at any time.
+
+"""
+
+
+def write_table(suite: dict, out: Path, table: Path, seeds: list[int]) -> None:
+    lines = [INTRO.format(seeds=len(seeds)).rstrip("\n"), "",
+             f"Measured {time.strftime('%Y-%m-%d')} on {machine()}.", "",
+             "| spec | steps | runs | IQM [95% CI] | mean [95% CI] | anchor | vs anchor | wall time (all seeds) | "
+             "anchor's source |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for entry in suite["rows"]:
+        trials = plan([entry["spec"]], seeds, [], out)
+        lines.append(row(entry, [read_run(t.run_dir, t.spec, t.seed) for t in trials]))
+    table.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", type=Path, default=HERE / "suite.yaml")
+    parser.add_argument("--seeds", type=int, help="seeds per row (default: the suite's)")
+    parser.add_argument("--workers", type=int, default=usable_cores())
+    parser.add_argument("--out", type=Path, default=HERE / "runs" / "suite")
+    parser.add_argument("--table", type=Path, default=HERE.parent / "docs" / "BENCHMARKS.md",
+                        help="where the page with the table goes")
+    parser.add_argument("--only", help="only the rows whose spec matches this regular expression")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args()
+    suite = read_suite(args.suite)
+    if args.only:
+        suite["rows"] = [entry for entry in suite["rows"] if re.search(args.only, entry["spec"])]
+    seeds = list(range(1, (args.seeds or suite.get("seeds", 3)) + 1))
+    if not args.report_only:
+        print(machine(), flush=True)
+        run_trials([entry["spec"] for entry in suite["rows"]], seeds, [], args.out, args.workers, show)
+        print()
+    write_table(suite, args.out, args.table, seeds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
