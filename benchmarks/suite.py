@@ -47,13 +47,13 @@ def show(progress) -> None:
 
 def row(entry: dict, results) -> str:
     anchor = entry.get("anchor") or {}
-    finished = [r for r in results if r.final_return is not None]
+    finished = [r for r in results if r.status == "finished" and r.final_return is not None]
     scores = np.array([[r.final_return] for r in finished])
     budget = max((r.steps or 0 for r in results), default=0)
     wall = sum(r.wall_time_s or 0.0 for r in results)
     if len(finished) == 0:
         iqm = mean = "—"
-        verdict = "not run yet"
+        verdict = "not finished yet"
     else:
         est = stats.interval_estimates(scores)
         iqm = f"{est['iqm'].value:.4g} [{est['iqm'].low:.4g}, {est['iqm'].high:.4g}]"
@@ -88,7 +88,7 @@ the seeds' training times; two runs shared the machine's two cores at any time.
 def write_table(suite: dict, out: Path, table: Path, seeds: list[int]) -> None:
     lines = [INTRO.format(seeds=len(seeds)).rstrip("\n"), "",
              f"Measured {time.strftime('%Y-%m-%d')} on {machine()}.", "",
-             "| spec | steps | runs | IQM [95% CI] | mean [95% CI] | anchor | vs anchor | wall time (all seeds) | "
+             "| spec | steps (longest run) | finished runs | IQM [95% CI] | mean [95% CI] | anchor | vs anchor | wall time (all seeds) | "
              "anchor's source |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for entry in suite["rows"]:

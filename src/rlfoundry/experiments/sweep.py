@@ -1,5 +1,6 @@
 """`rlfoundry sweep`, embedded: an Optuna study in a file of the sweep directory, each trial's seeds ordinary
-`rlfoundry train` runs in worker processes.
+`rlfoundry train` runs in worker processes. (`--backend ray` runs the same sweep file through Ray Tune instead:
+`experiments.sweep_tune`, which shares this module's sampler, distributions and the reading of a trial's runs.)
 
 One coordinator, this command, asks Optuna for trials and tells it their outcome (the ask-and-tell interface); the
 worker processes are the training runs (`experiments.processes`, as `trials` runs them), which know nothing of

@@ -115,7 +115,7 @@ class SweepTrial(tune.Trainable):
                         "finished": True, "returns": returns, "done": True}
             time.sleep(POLL_S)
 
-    def _total(self) -> int:
+    def _total(self) -> float:
         """The runs' train.total_timesteps (a parameter may set it), from the first run's config.yaml."""
         if not self.total:
             self.total = run_schedule(self.runs[0].run_dir)[1]

@@ -11,6 +11,9 @@ are asked to stop with SIGTERM when this command ends or dies (Linux's parent-de
 this command makes them checkpoint and stop), and a lock file keeps two commands out of one `--out` (the process
 machinery is `experiments.processes`, shared with `rlfoundry sweep`).
 
+With `backend="ray"` the same loop runs each trial as a Ray task on a cluster or a local Ray instance
+(`experiments.cluster`): the same command lines, run directories, continuation and report.
+
 At the end `experiments.results` reads every run directory and writes trials.md, trials.csv and the plots.
 """
 
