@@ -22,6 +22,7 @@ from rlfoundry.experiments import stats
 from rlfoundry.experiments.results import read_run
 from rlfoundry.experiments.trials import plan, run_trials
 from rlfoundry.run.hardware import machine, usable_cores
+from rlfoundry.spec.load import load_config
 
 HERE = Path(__file__).resolve().parent
 
@@ -45,29 +46,33 @@ def show(progress) -> None:
               f"{progress.failed} failed; {progress.steps:,} of {progress.total:,} steps", flush=True)
 
 
-def row(entry: dict, results) -> str:
+def row(entry: dict, results, overrides: list[str]) -> str:
     anchor = entry.get("anchor") or {}
+    budget = load_config(entry["spec"], overrides).train.total_timesteps
     finished = [r for r in results if r.status == "finished" and r.final_return is not None]
     scores = np.array([[r.final_return] for r in finished])
-    budget = max((r.steps or 0 for r in results), default=0)
+    steps = ", ".join(f"{r.steps:,}" for r in finished if r.steps is not None) or "—"
     wall = sum(r.wall_time_s or 0.0 for r in results)
-    if len(finished) == 0:
-        iqm = mean = "—"
-        verdict = "not finished yet"
-    else:
+    iqm = mean = "—"
+    verdict = "not finished yet"
+    if finished:
         est = stats.interval_estimates(scores)
         iqm = f"{est['iqm'].value:.4g} [{est['iqm'].low:.4g}, {est['iqm'].high:.4g}]"
         mean = f"{est['mean'].value:.4g} [{est['mean'].low:.4g}, {est['mean'].high:.4g}]"
         target = anchor.get("return")
+        stopped_solved = all(r.steps is not None and r.steps < budget and r.solved is not None
+                             and r.final_return >= r.solved for r in finished)
         if target is None:
             verdict = "—"
         elif est["iqm"].high >= target:  # the anchor is inside or below the interval
             verdict = "matches"
+        elif stopped_solved:
+            verdict = f"below; every run stopped once solved (≥ {finished[0].solved:g}) before the budget"
         else:
             verdict = "**below**"
     anchor_text = "—" if anchor.get("return") is None else f"{anchor['return']:g}"
-    return (f"| `{entry['spec']}` | {budget:,} | {len(finished)}/{len(results)} | {iqm} | {mean} | {anchor_text} | "
-            f"{verdict} | {wall / 60:.1f} min | {anchor.get('source', '')} |")
+    return (f"| `{entry['spec']}` | {budget:,} | {steps} | {len(finished)}/{len(results)} | {iqm} | {mean} | "
+            f"{anchor_text} | {verdict} | {wall / 60:.1f} min | {anchor.get('source', '')} |")
 
 
 INTRO = """# Benchmarks
@@ -76,8 +81,10 @@ Every row of `benchmarks/suite.yaml` trained with its preset's settings and budg
 `rlfoundry trials` set (`python benchmarks/suite.py`; the same command again continues it, `--report-only` rewrites
 this page). The score of a run is its final evaluation return (the trainer's deterministic evaluation); over a row's
 seeds, the interquartile mean (IQM) and the mean, each with a 95% stratified bootstrap interval (Agarwal et al.
-2021; `experiments/stats.py`). Runs stop early once their evaluation reaches the preset's `solved` threshold, as
-the presets do by default, so a solved row's steps can be below its budget. The anchor is the published figure the
+2021; `experiments/stats.py`; with 3 seeds the IQM is the mean). Unless the suite's `overrides` say otherwise
+(`eval.stop_at_threshold=false`), runs stop once their evaluation reaches the preset's `solved` threshold, as the
+presets do by default, so a solved row's runs can end before its budget, below an anchor that lies above the
+threshold. The anchor is the published figure the
 row should match, with its source (`benchmarks/suite.yaml` says which version and settings); "matches" means the
 anchor lies inside or below the IQM's interval, "below" that the whole interval is under it. Wall time is the sum of
 the seeds' training times; two runs shared the machine's two cores at any time.
@@ -86,14 +93,15 @@ the seeds' training times; two runs shared the machine's two cores at any time.
 
 
 def write_table(suite: dict, out: Path, table: Path, seeds: list[int]) -> None:
+    overrides = list(suite.get("overrides") or [])
     lines = [INTRO.format(seeds=len(seeds)).rstrip("\n"), "",
              f"Measured {time.strftime('%Y-%m-%d')} on {machine()}.", "",
-             "| spec | steps (longest run) | finished runs | IQM [95% CI] | mean [95% CI] | anchor | vs anchor | wall time (all seeds) | "
-             "anchor's source |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| spec | budget | each run's steps | finished runs | IQM [95% CI] | mean [95% CI] | anchor | vs anchor | "
+             "wall time (all seeds) | anchor's source |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for entry in suite["rows"]:
-        trials = plan([entry["spec"]], seeds, [], out)
-        lines.append(row(entry, [read_run(t.run_dir, t.spec, t.seed) for t in trials]))
+        trials = plan([entry["spec"]], seeds, overrides, out)
+        lines.append(row(entry, [read_run(t.run_dir, t.spec, t.seed) for t in trials], overrides))
     table.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -115,7 +123,8 @@ def main() -> int:
     seeds = list(range(1, (args.seeds or suite.get("seeds", 3)) + 1))
     if not args.report_only:
         print(machine(), flush=True)
-        run_trials([entry["spec"] for entry in suite["rows"]], seeds, [], args.out, args.workers, show)
+        run_trials([entry["spec"] for entry in suite["rows"]], seeds, list(suite.get("overrides") or []), args.out,
+                   args.workers, show)
         print()
     write_table(suite, args.out, args.table, seeds)
     return 0
