@@ -101,6 +101,19 @@ def parser(doc: str, seeds: int, steps: int, steps_help: str = "env steps per ru
     return parser
 
 
+def workers_parser(doc: str, count: str, default: int, steps: int, steps_help: str) -> argparse.ArgumentParser:
+    """The options of the benchmarks that run many runs at once: how many (`--<count>`), how long, in how many
+    worker processes."""
+    from rlfoundry.run.hardware import usable_cores
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument(f"--{count}", type=int, default=default)
+    parser.add_argument("--steps", type=int, default=steps, help=steps_help)
+    parser.add_argument("--workers", type=int, default=usable_cores())
+    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
+    return parser
+
+
 def add_threads(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=threads_arg, default=DEFAULTS,
                         help="torch threads for both frameworks, or 'defaults' (each its own: rlfoundry's auto, "

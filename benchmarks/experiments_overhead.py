@@ -17,7 +17,6 @@ Needs the Ray extra for the Ray rows:  pip install -e .[ray]
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -27,7 +26,8 @@ import threading
 import time
 from pathlib import Path
 
-from rlfoundry.run.hardware import machine, usable_cores
+from common import workers_parser
+from rlfoundry.run.hardware import machine
 
 SHORT = ["eval.every_steps=0", "eval.episodes=2", "logging.tensorboard=false", "train.device=cpu",
          "checkpoint.every_steps=0"]
@@ -68,12 +68,7 @@ def measure(command: list[str], out: Path, workers: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=2048, help="env steps per run")
-    parser.add_argument("--workers", type=int, default=usable_cores())
-    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
-    args = parser.parse_args()
+    args = workers_parser(__doc__, "trials", 8, 2048, "env steps per run").parse_args()
     cli = [sys.executable, "-m", "rlfoundry.cli"]
     rows = []
     print(machine(), flush=True)

@@ -17,27 +17,21 @@ Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import DEFAULTS, sb3_missing
+from common import DEFAULTS, sb3_missing, workers_parser
 from ppo_cartpole_vs_sb3 import run_rlfoundry, run_sb3
 from rlfoundry.experiments.trials import run_trials
-from rlfoundry.run.hardware import machine, usable_cores
+from rlfoundry.run.hardware import machine
 
 SPEC = "CartPole-v1:ppo"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=50_000, help="env steps per seed")
-    parser.add_argument("--workers", type=int, default=usable_cores())
-    parser.add_argument("--out", type=Path, help="also write the results table (markdown) here")
-    args = parser.parse_args()
+    args = workers_parser(__doc__, "seeds", 8, 50_000, "env steps per seed").parse_args()
     if sb3_missing(["sb3"]):
         return 2
     print(machine(), flush=True)
