@@ -5,13 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import Annotated, Iterator, NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from rlfoundry.config.errors import ConfigError
+
+# `--address` of the commands that run many runs (`trials`, `sweep`)
+Address = Annotated[Optional[str], typer.Option(help="The Ray cluster to join (HOST:PORT); without it --backend ray "
+                                                     "starts a local instance.")]
 
 
 def out() -> Console:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
 
-from rlfoundry.cli.common import err, fail, out, running_many
+from rlfoundry.cli.common import Address, err, fail, out, running_many
 from rlfoundry.config.errors import ConfigError
 
 
@@ -24,8 +24,7 @@ def sweep(
                                                                  "again continues the sweep.")] = None,
     backend: Annotated[str, typer.Option(help="optuna: an embedded Optuna study, runs here; ray: Ray Tune with "
                                               "Optuna's sampler and Tune's schedulers.")] = "optuna",
-    address: Annotated[Optional[str], typer.Option(help="The Ray cluster to join (HOST:PORT); without it --backend "
-                                                        "ray starts a local instance.")] = None,
+    address: Address = None,
 ) -> None:
     """Search hyperparameters with Optuna (grid, random, TPE, CMA-ES), pruning bad trials from their evaluations;
     writes sweep.md, plots and best.yaml. Run it again with the same --out to continue after a stop or a crash."""
@@ -35,13 +34,6 @@ def sweep(
         if exc.name != "optuna":
             raise
         fail("rlfoundry sweep needs optuna: pip install 'rlfoundry[experiments]'")
-    if backend == "ray":
-        try:
-            import ray.tune  # noqa: F401
-        except ModuleNotFoundError as exc:
-            if exc.name.partition(".")[0] not in ("ray", "pyarrow", "pandas"):
-                raise
-            fail("rlfoundry sweep --backend ray needs Ray Tune: pip install 'rlfoundry[ray]'")
     try:
         plan = prepare(sweep_file)
         path = Path(out_dir) if out_dir else default_out(plan)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
 
-from rlfoundry.cli.common import err, fail, out, running_many
+from rlfoundry.cli.common import Address, err, fail, out, running_many
 from rlfoundry.config.errors import ConfigError
 
 
@@ -20,8 +20,7 @@ def trials(
     out_dir: Annotated[Optional[str], typer.Option("--out", help="The set's directory (default runs/trials/<time>_<spec>); the same --out again continues the set.")] = None,
     total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
     backend: Annotated[str, typer.Option(help="local: worker processes here; ray: tasks on a Ray cluster.")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="The Ray cluster to join (HOST:PORT); without it --backend "
-                                                        "ray starts a local instance.")] = None,
+    address: Address = None,
 ) -> None:
     """Train every SPEC with every seed, several runs at once, then write trials.md, trials.csv and plots (IQM and
     bootstrap confidence intervals). Run it again with the same --out to continue after a stop or a crash."""

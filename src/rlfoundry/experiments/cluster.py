@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import logging
 import os
 import socket
@@ -38,14 +39,15 @@ LOCAL_OBJECT_STORE = 128 * 1024**2  # bytes: only exit codes and small results t
 RUNTIME_ENV = {"env_vars": {"RAY_kill_child_processes_on_worker_exit": "false"}}
 
 
-def _import_ray():
+def require_ray(module: str = "ray"):
+    """Import `module` of Ray (`ray`, or `ray.tune` with its own dependencies); ConfigError saying how to install it
+    when it is missing."""
     try:
-        import ray
+        return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name != "ray":
+        if (exc.name or "").partition(".")[0] not in ("ray", "pyarrow", "pandas"):
             raise
-        raise ConfigError("--backend ray needs Ray: pip install 'rlfoundry[ray]'") from None
-    return ray
+        raise ConfigError("--backend ray needs Ray (Tune): pip install 'rlfoundry[ray]'") from None
 
 
 def _reachable(address: str) -> None:
@@ -66,9 +68,7 @@ def connected(address: str | None, workers: int | None, out: Path) -> Iterator[i
     cores); yields the CPUs runs may use at once (`workers`, at most the cluster's). On a cluster, checks first
     that every node sees `out`. Disconnects (and stops a local instance) at the end."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reports to Ray's servers unless the user asks
-    ray = _import_ray()
-    if workers is not None and workers < 1:
-        raise ConfigError(f"--workers {workers}: must be at least 1")
+    ray = require_ray()
     options = dict(runtime_env=RUNTIME_ENV, log_to_driver=False, logging_level=logging.WARNING,
                    configure_logging=False)
     if address:

@@ -64,13 +64,33 @@ def last_step(run_dir: Path) -> int:
         return 0
 
 
+def check_options(command: str, backend: str, backends: tuple[str, str], address: str | None,
+                  workers: int | None) -> None:
+    """The options every command that runs many runs takes; ConfigError naming the bad one."""
+    if backend not in backends:
+        raise ConfigError(f"--backend {backend}: {command} runs on {' or '.join(backends)}")
+    if address and backend != "ray":
+        raise ConfigError("--address names a Ray cluster: give it with --backend ray")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers {workers}: must be at least 1")
+
+
+def make_out(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create it: {exc.strerror or exc}") from None
+
+
 def train_command(run_dir: Path, args: list[str]) -> list[str]:
     """`rlfoundry train` for `run_dir`: resume it when it has a checkpoint and did not finish, else start it afresh
-    from `args` (SPEC and overrides), removing what a start without a checkpoint left (nothing worth keeping)."""
+    from `args` (SPEC and overrides), removing what a start without a checkpoint left (nothing worth keeping) and
+    making the directory it goes in."""
     train = [sys.executable, "-m", "rlfoundry.cli", "train"]
     if resumable(run_dir) and run_status(run_dir) != "finished":
         return [*train, "--resume", str(run_dir)]
     shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     return [*train, *args, "logging.progress=false", "--run-dir", str(run_dir)]
 
 

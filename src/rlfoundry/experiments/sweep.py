@@ -51,7 +51,7 @@ from pydantic import ValidationError
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiments import processes
 from rlfoundry.experiments.sweep_file import (METRICS, OBJECTIVES, SweepFile, base_spec, check_space, grid_points,
-                                              grid_size, read_sweep, run_args, run_dir)
+                                              grid_size, read_sweep, run_args, run_dir, run_log)
 from rlfoundry.run.hardware import concurrent_runs, usable_cores
 from rlfoundry.run.report import read_metrics
 from rlfoundry.run.rundir import run_status, write_atomic
@@ -260,16 +260,12 @@ def run_sweep(plan: Plan, out: Path, workers: int | None = None, show: Callable[
     bad input, before anything is created."""
     from rlfoundry.experiments.sweep_report import write_report
 
-    if backend not in ("optuna", "ray"):
-        raise ConfigError(f"--backend {backend}: sweep runs on optuna or ray")
-    if address and backend != "ray":
-        raise ConfigError("--address names a Ray cluster: give it with --backend ray")
-    if workers is not None and workers < 1:
-        raise ConfigError(f"--workers {workers}: must be at least 1")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: cannot create it: {exc.strerror or exc}") from None
+    processes.check_options("sweep", backend, ("optuna", "ray"), address, workers)
+    if backend == "ray":
+        from rlfoundry.experiments.cluster import require_ray
+
+        require_ray("ray.tune")
+    processes.make_out(out)
     with processes.locked(out, "sweep"):
         spec = _record(out, plan, backend)
         if backend == "ray":
@@ -342,20 +338,13 @@ class Driver:
             trial.set_user_attr("error", "interrupted while its parameters were being chosen")
             _tell(self.study, trial, state=TrialState.FAIL)
             return None
-        item = Live(trial, self._runs(frozen.number))
+        item = Live(trial, seed_runs(self.out, frozen.number, self.sweep))
         item.reported = max(frozen.intermediate_values, default=-1)
         return item
 
     def _ask(self) -> Live:
         trial = self.study.ask(distributions(self.sweep))
-        return Live(trial, self._runs(trial.number))
-
-    def _runs(self, number: int) -> list[SeedRun]:
-        runs = [SeedRun(seed, run_dir(self.out, number, seed)) for seed in self.sweep.seeds]
-        for run in runs:
-            if run_status(run.run_dir) == "finished":
-                run.state = "finished"
-        return runs
+        return Live(trial, seed_runs(self.out, trial.number, self.sweep))
 
     def _may_ask(self, live: int) -> bool:
         """Whether the budget allows another trial, counting those under way as if they will count."""
@@ -390,16 +379,7 @@ class Driver:
         return free
 
     def _start(self, item: Live, run: SeedRun) -> None:
-        args = run_args(self.sweep, self.spec, item.trial.params, run.seed, self.out.name)
-        log = self._log(item.trial.number, run.seed)
-        log.parent.mkdir(exist_ok=True)
-        run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-        run.process = processes.start(processes.train_command(run.run_dir, args), log, self.share)
-        run.state = "running"
-
-    def _log(self, number: int, seed: int) -> Path:
-        """A run's console output."""
-        return self.out / "logs" / f"{number}_s{seed}.log"
+        start_run(run, self.sweep, self.spec, item.trial.params, self.out, item.trial.number, self.share)
 
     def _advance(self, item: Live) -> bool:
         """Poll the trial's runs, report new evaluations, prune or finish it; True when it is over."""
@@ -407,7 +387,7 @@ class Driver:
             poll(run, self.sweep)
         failed = [run for run in item.runs if run.state == "failed"]
         if failed:
-            log = self._log(item.trial.number, failed[0].seed)
+            log = run_log(self.out, item.trial.number, failed[0].seed)
             self._halt(item, f"seed {failed[0].seed}: {processes.error_line(log)} (output in {log})")
             return True
         if self._report(item):
@@ -480,6 +460,24 @@ class Driver:
 
 # ---------------------------------------------------------------- a trial's runs, read from their directories
 # (shared with the Ray Tune backend, `experiments.sweep_tune`)
+
+
+def seed_runs(out: Path, trial: int | str, sweep: SweepFile) -> list[SeedRun]:
+    """A trial's runs, one per seed, those finished already marked so."""
+    runs = [SeedRun(seed, run_dir(out, trial, seed)) for seed in sweep.seeds]
+    for run in runs:
+        if run_status(run.run_dir) == "finished":
+            run.state = "finished"
+    return runs
+
+
+def start_run(run: SeedRun, sweep: SweepFile, spec: str, labels: dict[str, Any], out: Path, trial: int | str,
+              share: int, **options: Any) -> None:
+    """Start (or resume) one of a trial's runs with the trial's parameters; `options` go to `processes.start`."""
+    args = run_args(sweep, spec, labels, run.seed, out.name)
+    run.process = processes.start(processes.train_command(run.run_dir, args), run_log(out, trial, run.seed), share,
+                                  **options)
+    run.state = "running"
 
 
 def poll(run: SeedRun, sweep: SweepFile) -> None:

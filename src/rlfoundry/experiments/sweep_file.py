@@ -280,6 +280,11 @@ def run_dir(out: Path, trial: int | str, seed: int) -> Path:
     return Path(out) / "trials" / str(trial) / f"s{seed}"
 
 
+def run_log(out: Path, trial: int | str, seed: int) -> Path:
+    """A trial's run's console output."""
+    return Path(out) / "logs" / f"{trial}_s{seed}.log"
+
+
 def run_args(sweep: SweepFile, spec: str, labels: dict[str, Any], seed: int, group: str) -> list[str]:
     """`rlfoundry train` arguments of one of a trial's runs."""
     return [spec, *sweep.overrides, *overrides(sweep, labels), f"train.seed={seed}", f"logging.group={group}"]

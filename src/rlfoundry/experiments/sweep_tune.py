@@ -36,12 +36,11 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from rlfoundry.experiments import cluster, processes
-from rlfoundry.experiments.sweep import (JOURNAL, POLL_S, STUDY, TUNE, Plan, Progress, SeedRun, distributions,
-                                         sampler, final_returns, first_rung_steps, new_reports, poll,
-                                         run_schedule)
-from rlfoundry.experiments.sweep_file import METRICS, OBJECTIVES, SweepFile, run_args, run_dir
+from rlfoundry.experiments.sweep import (JOURNAL, POLL_S, STUDY, TUNE, Plan, Progress, distributions, final_returns,
+                                         first_rung_steps, new_reports, poll, run_schedule, sampler, seed_runs,
+                                         start_run)
+from rlfoundry.experiments.sweep_file import METRICS, OBJECTIVES, SweepFile, run_log
 from rlfoundry.run.hardware import usable_cores
-from rlfoundry.run.rundir import run_status
 
 
 class Search(OptunaSearch):
@@ -76,20 +75,11 @@ class SweepTrial(tune.Trainable):
 
     def setup(self, config: dict, sweep: SweepFile, spec: str, out: str, share: int, cwd: str) -> None:
         self.sweep, self.out, self.reported, self.total = sweep, Path(out), -1, 0
-        self.runs = [SeedRun(seed, run_dir(self.out, self.trial_id, seed)) for seed in sweep.seeds]
+        self.runs = seed_runs(self.out, self.trial_id, sweep)
         labels = {key: config[key] for key in sweep.parameters}
         for run in self.runs:
-            if run_status(run.run_dir) == "finished":
-                run.state = "finished"
-                continue
-            run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-            args = run_args(sweep, spec, labels, run.seed, self.out.name)
-            run.process = processes.start(processes.train_command(run.run_dir, args), self._log(run.seed), share,
-                                          cwd=cwd, own_session=True)
-            run.state = "running"
-
-    def _log(self, seed: int) -> Path:
-        return self.out / "logs" / f"{self.trial_id}_s{seed}.log"
+            if run.state == "waiting":
+                start_run(run, sweep, spec, labels, self.out, self.trial_id, share, cwd=cwd, own_session=True)
 
     def step(self) -> dict:
         while True:
@@ -97,7 +87,7 @@ class SweepTrial(tune.Trainable):
                 poll(run, self.sweep)
             failed = next((run for run in self.runs if run.state == "failed"), None)
             if failed is not None:
-                log = self._log(failed.seed)
+                log = run_log(self.out, self.trial_id, failed.seed)
                 raise RuntimeError(f"seed {failed.seed}: {processes.error_line(log)} (output in {log})")
             finished = all(run.state == "finished" for run in self.runs)
             # The final evaluation comes with the final result: a scheduler stops a trial whose step reaches the

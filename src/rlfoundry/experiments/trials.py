@@ -131,7 +131,6 @@ def _merge_manifest(out: Path, specs: list[str], seeds: list[int], overrides: li
 
 def _start(trial: Trial, overrides: list[str], group: str, logs: Path, share: int, launch) -> Running:
     log = logs / f"{trial.run_dir.parent.name}_s{trial.seed}.log"
-    trial.run_dir.parent.mkdir(parents=True, exist_ok=True)
     args = [trial.spec, *overrides, f"train.seed={trial.seed}", f"logging.group={group}"]
     return Running(trial, launch(processes.train_command(trial.run_dir, args), log, share))
 
@@ -142,17 +141,13 @@ def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Pa
     cluster's CPUs), here or on a Ray cluster (`backend` "ray", at `address` or a local instance), calling
     `show(progress)` as it goes; returns every run's result after writing the report. ConfigError for bad input,
     before anything is created."""
-    if backend not in ("local", "ray"):
-        raise ConfigError(f"--backend {backend}: trials runs on local or ray")
-    if address and backend != "ray":
-        raise ConfigError("--address names a Ray cluster: give it with --backend ray")
-    if workers is not None and workers < 1:
-        raise ConfigError(f"--workers {workers}: must be at least 1")
+    processes.check_options("trials", backend, ("local", "ray"), address, workers)
+    if backend == "ray":
+        from rlfoundry.experiments.cluster import require_ray
+
+        require_ray()
     trials = plan(specs, seeds, overrides, out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: cannot create it: {exc.strerror or exc}") from None
+    processes.make_out(out)
     with processes.locked(out, "trials"):
         _merge_manifest(out, specs, seeds, overrides)
         if backend == "ray":
@@ -171,7 +166,6 @@ def _run_all(trials: list[Trial], overrides: list[str], out: Path, workers: int,
     """Run the trials not finished yet, `workers` at once, each started by `launch` (`processes.start` or
     `cluster.start`)."""
     logs = out / "logs"
-    logs.mkdir(exist_ok=True)
     pending = [trial for trial in trials if run_status(trial.run_dir) != "finished"]
     progress = Progress(total=sum(trial.budget for trial in trials), done=len(trials) - len(pending))
     finished_steps = sum(trial.budget for trial in trials if trial not in pending)
