@@ -2,8 +2,10 @@
 Stable-Baselines3 training the same 8 seeds one after another, with the same hyperparameters (rl-zoo3's CartPole-v1
 PPO settings, as benchmarks/ppo_cartpole_vs_sb3.py).
 
-Three figures, measured in one process run:
-  1. one run alone: `rlfoundry train` of seed 1 in one process, steps/s of its training loop;
+Four figures, measured in one process run:
+  1. one run alone: `rlfoundry train` of seed 1 in this process, steps/s of its training loop;
+  1b. the same run as the command `rlfoundry train` (what trials starts for each run), timed as trials is: from the
+     process start to its exit (imports, final evaluation and report included);
   2. trials: every seed a run in `--workers` processes (default: the usable cores), wall time of the whole command
      from the first process start to the written report (process starts, imports, a final evaluation of each run
      and the statistics included); steps/s = all seeds' steps / that wall time;
@@ -17,6 +19,7 @@ Needs Stable-Baselines3 for the comparison:  pip install -e .[bench]
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,15 +39,22 @@ def main() -> int:
         return 2
     print(machine(), flush=True)
     seeds = list(range(1, args.seeds + 1))
+    overrides = [f"train.total_timesteps={args.steps}", "eval.every_steps=0", "logging.tensorboard=false",
+                 "train.device=cpu"]
     with tempfile.TemporaryDirectory(prefix="rlf_trials_bench_") as tmp:
         alone = run_rlfoundry(1, args.steps, DEFAULTS, False, Path(tmp))
         alone_sps = alone["steps"] / alone["wall"]
         print(f"one run alone: {alone['steps']:,} steps in {alone['wall']:.1f} s ({alone_sps:,.0f} steps/s)", flush=True)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "rlfoundry.cli", "train", SPEC, *overrides, "train.seed=1",
+                        "logging.progress=false", "--run-dir", str(Path(tmp) / "command")], check=True,
+                       stdout=subprocess.DEVNULL)
+        command_wall = time.perf_counter() - start
+        command_sps = args.steps / command_wall
+        print(f"one run alone as a command: {command_wall:.1f} s ({command_sps:,.0f} steps/s)", flush=True)
 
         start = time.perf_counter()
-        results = run_trials([SPEC], seeds, [f"train.total_timesteps={args.steps}", "eval.every_steps=0",
-                                             "logging.tensorboard=false", "train.device=cpu"],
-                             Path(tmp) / "trials", args.workers)
+        results = run_trials([SPEC], seeds, overrides, Path(tmp) / "trials", args.workers)
         trials_wall = time.perf_counter() - start
         trials_steps = sum(result.steps or 0 for result in results)
         failed = [result for result in results if result.status != "finished"]
@@ -61,8 +71,11 @@ def main() -> int:
     lines = [f"PPO CartPole-v1 (zoo settings), {args.seeds} seeds x {args.steps:,} steps", machine(), "",
              "| what | wall time (s) | steps/s | ratio |", "|---|---:|---:|---:|",
              f"| one rlfoundry run alone (seed 1) | {alone['wall']:.1f} | {alone_sps:,.0f} | 1.00x |",
+             f"| the same run as a command, process start to exit | {command_wall:.1f} | {command_sps:,.0f} | "
+             f"{command_sps / alone_sps:.2f}x |",
              f"| rlfoundry trials, {args.workers} workers | {trials_wall:.1f} | {trials_steps / trials_wall:,.0f} | "
-             f"{trials_steps / trials_wall / alone_sps:.2f}x the run alone |",
+             f"{trials_steps / trials_wall / alone_sps:.2f}x the run alone, "
+             f"{trials_steps / trials_wall / command_sps:.2f}x the command |",
              f"| SB3, the seeds one after another | {sb3_wall:.1f} | {args.seeds * args.steps / sb3_wall:,.0f} | "
              f"trials' wall time {trials_wall / sb3_wall:.2f}x SB3's |"]
     report = "\n".join(lines)

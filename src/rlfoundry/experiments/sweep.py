@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -99,7 +98,7 @@ class SeedRun:
     seed: int
     run_dir: Path
     state: str = "waiting"  # waiting, running, finished, failed
-    process: subprocess.Popen | None = None
+    process: processes.Handle | None = None
     evals: dict[int, float] = field(default_factory=dict)  # grid step -> evaluation return
     stamp: tuple[int, int] | None = None  # metrics.csv's (size, mtime) when last read
 
@@ -293,7 +292,7 @@ class Driver:
         self.started = time.monotonic()
         self.elapsed_before = float(study.user_attrs.get("elapsed_s", 0.0))
         self.counted_before = self._counts()[0]
-        self.stopping: list[subprocess.Popen] = []  # runs of pruned and failed trials, still checkpointing
+        self.stopping: list[processes.Handle] = []  # runs of pruned and failed trials, still checkpointing
 
     def run(self) -> None:
         live = [item for item in map(self._adopt, self._stale()) if item is not None]
@@ -313,7 +312,8 @@ class Driver:
                     self.show(self.progress(len(live)))
                 if not live and not self._may_ask(0):  # (it may wait for a pruned trial's runs to free a worker)
                     break
-                time.sleep(POLL_S)
+                processes.pause([run.process for item in live for run in item.runs if run.state == "running"]
+                                + self.stopping, POLL_S)
             for process in self.stopping:
                 process.wait()
         finally:

@@ -103,7 +103,7 @@ class SweepTrial(tune.Trainable):
                     raise RuntimeError(f"a run finished without {METRICS[self.sweep.metric][0]} in its summary.json")
                 return {"objective": OBJECTIVES[self.sweep.objective](returns), "step": self._total(),
                         "finished": True, "returns": returns, "done": True}
-            time.sleep(POLL_S)
+            processes.pause([run.process for run in self.runs if run.state == "running"], POLL_S)
 
     def _total(self) -> float:
         """The runs' train.total_timesteps (a parameter may set it), from the first run's config.yaml."""

@@ -20,8 +20,6 @@ At the end `experiments.results` reads every run directory and writes trials.md,
 from __future__ import annotations
 
 import re
-import subprocess
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -50,7 +48,7 @@ class Trial:
 @dataclass
 class Running:
     trial: Trial
-    process: subprocess.Popen
+    process: processes.Handle
     steps: int = 0
 
 
@@ -176,7 +174,7 @@ def _run_all(trials: list[Trial], overrides: list[str], out: Path, workers: int,
         while pending or running:
             while pending and len(running) < workers:
                 running.append(_start(pending.pop(0), overrides, out.name, logs, share, launch))
-            time.sleep(POLL_S)
+            processes.pause([run.process for run in running], POLL_S)
             for run in list(running):
                 code = run.process.poll()
                 run.steps = processes.last_step(run.trial.run_dir)

@@ -133,7 +133,10 @@ def render_curves(metrics: dict[str, np.ndarray], summary: dict[str, Any], confi
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    # Fixed margins that fit the four panels' titles, ticks and labels: matplotlib's constrained layout would measure
+    # every text first, which took 0.16 of the 0.41 s this figure costs (a cost every run pays at its end).
+    fig.subplots_adjust(left=0.065, right=0.985, top=0.915, bottom=0.07, hspace=0.22, wspace=0.16)
     FigureCanvasAgg(fig)
     title = f"{summary.get('env_id') or '?'} · {summary.get('variant') or '?'} · seed {summary.get('seed', '?')}"
     fig.suptitle(title)
