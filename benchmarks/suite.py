@@ -77,24 +77,26 @@ def row(entry: dict, results, overrides: list[str]) -> str:
 
 INTRO = """# Benchmarks
 
-Every row of `benchmarks/suite.yaml` trained with its preset's settings and budget, {seeds} seeds each, as one
-`rlfoundry trials` set (`python benchmarks/suite.py`; the same command again continues it, `--report-only` rewrites
-this page). The score of a run is its final evaluation return (the trainer's deterministic evaluation); over a row's
+Every row of `benchmarks/{suite}` trained with its preset's settings and budget, {seeds} seeds each, as one
+`rlfoundry trials` set (`python benchmarks/suite.py{options}`; the same command again continues it, `--report-only`
+rewrites this page).{extra} The score of a run is its final evaluation return (the trainer's deterministic evaluation); over a row's
 seeds, the interquartile mean (IQM) and the mean, each with a 95% stratified bootstrap interval (Agarwal et al.
 2021; `experiments/stats.py`; with 3 seeds the IQM is the mean). Unless the suite's `overrides` say otherwise
 (`eval.stop_at_threshold=false`), runs stop once their evaluation reaches the preset's `solved` threshold, as the
 presets do by default, so a solved row's runs can end before its budget, below an anchor that lies above the
 threshold. The anchor is the published figure the
-row should match, with its source (`benchmarks/suite.yaml` says which version and settings); "matches" means the
+row should match, with its source (`benchmarks/{suite}` says which version and settings); "matches" means the
 anchor lies inside or below the IQM's interval, "below" that the whole interval is under it. Wall time is the sum of
 the seeds' training times; two runs shared the machine's two cores at any time.
 
 """
 
 
-def write_table(suite: dict, out: Path, table: Path, seeds: list[int]) -> None:
+def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int]) -> None:
     overrides = list(suite.get("overrides") or [])
-    lines = [INTRO.format(seeds=len(seeds)).rstrip("\n"), "",
+    options = "" if path == HERE / "suite.yaml" else f" --suite {path.name} --out {out.name} --table {table.name}"
+    extra = f" Every run with `{' '.join(overrides)}`." if overrides else ""
+    lines = [INTRO.format(suite=path.name, seeds=len(seeds), options=options, extra=extra).rstrip("\n"), "",
              f"Measured {time.strftime('%Y-%m-%d')} on {machine()}.", "",
              "| spec | budget | each run's steps | finished runs | IQM [95% CI] | mean [95% CI] | anchor | vs anchor | "
              "wall time (all seeds) | anchor's source |",
@@ -126,7 +128,7 @@ def main() -> int:
         run_trials([entry["spec"] for entry in suite["rows"]], seeds, list(suite.get("overrides") or []), args.out,
                    args.workers, show)
         print()
-    write_table(suite, args.out, args.table, seeds)
+    write_table(suite, args.suite.resolve(), args.out, args.table, seeds)
     return 0
 
 

@@ -1,6 +1,7 @@
 """`--backend ray` on a local Ray instance: trials write the same outputs and continue after `kill -9`; a sweep runs
 through Ray Tune (Optuna's sampler, Tune's ASHA), prunes a bad trial, writes the same report, its best.yaml repeats
-the best run, and a killed sweep continues without losing or redoing a trial; a cluster nobody runs exits 2."""
+the best run, and a killed sweep continues without losing or redoing a trial; both backends give up after the
+failures budget; a cluster nobody runs exits 2."""
 
 from __future__ import annotations
 
@@ -105,6 +106,23 @@ def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path
     assert digest(done) == kept  # the finished trial's run was not redone
     assert "resumed" in (under_way / "run.log").read_text().lower()
     assert summary(under_way)["total_steps"] == 30720
+
+
+@pytest.mark.parametrize("backend", ["optuna", "ray"])
+def test_both_backends_give_up_after_the_failures_budget(tmp_path, backend):
+    # every setting diverges (NaN at the first update); failed trials do not count towards the 5 trials
+    sweep = tmp_path / "diverge.yaml"
+    sweep.write_text("\n".join(["base: CartPole-v1:ppo", f"overrides: {json.dumps(SMALL)}", "method: random",
+                                 "budget: {trials: 5, failures: 2}", "parameters:",
+                                 "  algo.lr: {choice: [1.0e+30, 2.0e+30, 3.0e+30]}", ""]))
+    out = tmp_path / "sweep"
+    code, text = finish(cli("sweep", str(sweep), "--backend", backend, "--workers", "1", "--out", str(out),
+                            cwd=tmp_path))
+    assert code == 1, text  # no trial completed
+    found = trials(out)
+    assert [trial.state.name for trial in found] == ["FAIL", "FAIL"], text
+    assert "nan" in found[0].user_attrs["error"].lower()
+    assert (out / "sweep.md").is_file()
 
 
 @pytest.mark.parametrize("command", ["trials", "sweep"])

@@ -347,17 +347,8 @@ class Driver:
         return Live(trial, seed_runs(self.out, trial.number, self.sweep))
 
     def _may_ask(self, live: int) -> bool:
-        """Whether the budget allows another trial, counting those under way as if they will count."""
         counted, failed, total = self._counts()
-        budget, limit = self.sweep.budget, self.plan.trial_limit
-        if limit is not None and counted + live >= limit:
-            return False
-        if self.sweep.method == "grid" and total >= grid_size(self.sweep):
-            return False
-        failures = budget.failures or budget.trials
-        if failures is not None and failed >= failures:
-            return False
-        return budget.minutes is None or self._elapsed() < budget.minutes * 60
+        return may_start(self.plan, counted, failed, total, live, self._elapsed())
 
     def _counts(self) -> tuple[int, int, int]:
         """(completed + pruned, failed, all) trials."""
@@ -460,6 +451,22 @@ class Driver:
 
 # ---------------------------------------------------------------- a trial's runs, read from their directories
 # (shared with the Ray Tune backend, `experiments.sweep_tune`)
+
+
+def may_start(plan: Plan, counted: int, failed: int, total: int, live: int, elapsed_s: float) -> bool:
+    """Whether the budget allows another trial, given the trials `counted` (completed and pruned), `failed`, `total`
+    (all, those under way included) and `live` (under way, counted as if they will count), and the sweep's time so
+    far: the trials budget (a grid: its size), a grid's points once each, `budget.failures` failed trials (default:
+    the trials budget), `budget.minutes`."""
+    budget, limit = plan.sweep.budget, plan.trial_limit
+    if limit is not None and counted + live >= limit:
+        return False
+    if plan.sweep.method == "grid" and total >= grid_size(plan.sweep):
+        return False
+    failures = budget.failures or budget.trials
+    if failures is not None and failed >= failures:
+        return False
+    return budget.minutes is None or elapsed_s < budget.minutes * 60
 
 
 def seed_runs(out: Path, trial: int | str, sweep: SweepFile) -> list[SeedRun]:

@@ -37,27 +37,43 @@ from ray.tune.search.optuna import OptunaSearch
 
 from rlfoundry.experiments import cluster, processes
 from rlfoundry.experiments.sweep import (JOURNAL, POLL_S, STUDY, TUNE, Plan, Progress, distributions, final_returns,
-                                         first_rung_steps, new_reports, poll, run_schedule, sampler, seed_runs,
-                                         start_run)
+                                         first_rung_steps, may_start, new_reports, poll, run_schedule, sampler,
+                                         seed_runs, start_run)
 from rlfoundry.experiments.sweep_file import METRICS, OBJECTIVES, SweepFile, run_log
 from rlfoundry.run.hardware import usable_cores
 
 
 class Search(OptunaSearch):
-    """OptunaSearch that proposes no trial once the sweep's minutes are spent (those under way finish), counting the
-    time of every session: the time spent so far is part of the state Tune saves and restores."""
+    """OptunaSearch that proposes trials while the sweep's budget allows, counted as the embedded sweep counts it
+    (`sweep.may_start`: completed and pruned trials against the trials budget, failed ones against
+    `budget.failures`, a grid's points once each, the minutes over every session); once it is spent, those under
+    way finish. Its counts and the time spent so far are part of the state Tune saves and restores."""
 
-    def __init__(self, minutes: float | None, **kwargs: Any) -> None:
+    def __init__(self, plan: Plan, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._minutes, self._spent, self._since = minutes, 0.0, time.monotonic()
+        self._plan, self._spent, self._since = plan, 0.0, time.monotonic()
+        self._counted = self._failed = self._total = 0
+        self._live: set[str] = set()
 
     def elapsed(self) -> float:
         return self._spent + time.monotonic() - self._since
 
     def suggest(self, trial_id: str) -> dict | str | None:
-        if self._minutes is not None and self.elapsed() >= self._minutes * 60:
-            return Searcher.FINISHED
-        return super().suggest(trial_id)
+        if not may_start(self._plan, self._counted, self._failed, self._total, len(self._live), self.elapsed()):
+            # (one under way may still fail and, not counting, leave room for another)
+            return None if self._live else Searcher.FINISHED
+        config = super().suggest(trial_id)
+        if isinstance(config, dict):
+            self._live.add(trial_id)
+            self._total += 1
+        return config
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        super().on_trial_complete(trial_id, result, error)
+        if trial_id in self._live:
+            self._live.discard(trial_id)
+            self._failed += error
+            self._counted += not error
 
     def save(self, checkpoint_path: str) -> None:
         now = time.monotonic()
@@ -210,16 +226,15 @@ def _elapsed_before(out: Path) -> float:
 def _new_tuner(plan: Plan, trainable, out: Path, concurrent: int) -> tune.Tuner:
     sweep = plan.sweep
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    search = Search(sweep.budget.minutes, space=distributions(sweep), sampler=sampler(sweep, 0), metric="objective",
-                    mode="max")
-    limit = plan.trial_limit
+    search = Search(plan, space=distributions(sweep), sampler=sampler(sweep, 0), metric="objective", mode="max")
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(metric="objective", mode="max", search_alg=search, scheduler=_scheduler(plan),
-                                    num_samples=limit if limit is not None else -1,
+                                    num_samples=-1,  # the searcher ends the sweep
                                     max_concurrent_trials=max(1, concurrent), trial_dirname_creator=_dirname),
         run_config=tune.RunConfig(name=TUNE, storage_path=str(out.resolve()), verbose=0,
-                                  callbacks=[Display(limit)], failure_config=tune.FailureConfig(max_failures=0)))
+                                  callbacks=[Display(plan.trial_limit)],
+                                  failure_config=tune.FailureConfig(max_failures=0)))
 
 
 def _write_study(out: Path, plan: Plan, results, elapsed_s: float) -> optuna.Study:
