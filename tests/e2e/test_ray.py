@@ -108,6 +108,30 @@ def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path
     assert summary(under_way)["total_steps"] == 30720
 
 
+def test_hyperband_pauses_trials_whose_runs_resume_where_they_stopped(tmp_path):
+    # Tune's HyperBand on 6 rungs (eta 3): a first bracket of 3 trials at the full budget, then one of 5 halved at
+    # rung 2, where the first to arrive are paused until the rest catch up.
+    out = tmp_path / "grid"
+    overrides = [*SMALL, "train.total_timesteps=6144", "eval.every_steps=1024"]
+    sweep = write_sweep(tmp_path, "[3.0e-3, 2.5e-3, 2.0e-3, 1.5e-3, 1.0e-3, 5.0e-4, 1.0e-12, 2.0e-12]",
+                        "pruner: hyperband", overrides=overrides)
+    code, text = finish(cli("sweep", str(sweep), "--backend", "ray", "--workers", "2", "--out", str(out),
+                            cwd=tmp_path))
+    assert code == 0, text
+    found = trials(out)
+    states = sorted(trial.state.name for trial in found)
+    assert len(found) == 8 and "PRUNED" in states and set(states) == {"COMPLETE", "PRUNED"}, text
+    resumed = [trial for trial in found if trial.state.name == "COMPLETE" and "resumed" in
+               (out / "trials" / trial.user_attrs["folder"] / "s1" / "run.log").read_text().lower()]
+    assert resumed, "no completed trial was paused and resumed"
+    run_dir = out / "trials" / resumed[0].user_attrs["folder"] / "s1"
+    assert summary(run_dir)["total_steps"] == 6144
+    code, text = finish(cli("train", "CartPole-v1:ppo", *overrides, f"algo.lr={resumed[0].params['algo.lr']}",
+                            "train.seed=1", "--run-dir", str(tmp_path / "again"), cwd=tmp_path))
+    assert code == 0, text
+    assert rows(tmp_path / "again") == rows(run_dir)  # paused and resumed, as if never stopped
+
+
 @pytest.mark.parametrize("backend", ["optuna", "ray"])
 def test_both_backends_give_up_after_the_failures_budget(tmp_path, backend):
     # every setting diverges (NaN at the first update); failed trials do not count towards the 5 trials

@@ -3,8 +3,9 @@
 - **Search**: Tune's `OptunaSearch` with the sweep's Optuna sampler (grid, random, TPE, CMA-ES) over the same
   distributions as the embedded backend; a trial's parameters reach its runs as the same overrides.
 - **Scheduling**: Tune's own schedulers take the pruner's place, on the same env-step grid of evaluations:
-  `asha` is `ASHAScheduler`, `hyperband` is `HyperBandScheduler` (it pauses trials: their runs checkpoint and resume
-  when it picks them up again), `median` is `MedianStoppingRule`, `none` is FIFO.
+  `asha` is `ASHAScheduler`, `hyperband` is `HyperBandScheduler` in rungs of the first rung's steps (it pauses
+  trials: their runs checkpoint and resume when it picks them up again; its trials are proposed a bracket at a time),
+  `median` is `MedianStoppingRule`, `none` is FIFO.
 - **A trial** (`SweepTrial`) is a Tune trainable holding `seeds_per_trial` CPUs on some node; it starts its seeds'
   ordinary `rlfoundry train` runs in `OUT/trials/<Tune trial id>/s<seed>` and reports, one Tune result per
   evaluation step all of them have reached, the objective over the seeds. Results travel to the head through Ray;
@@ -89,8 +90,8 @@ class SweepTrial(tune.Trainable):
     """One trial: its seeds' runs, one Tune result per evaluation step they have all reached, the last one when all
     finished (`finished: True`, with each seed's return)."""
 
-    def setup(self, config: dict, sweep: SweepFile, spec: str, out: str, share: int, cwd: str) -> None:
-        self.sweep, self.out, self.reported, self.total = sweep, Path(out), -1, 0
+    def setup(self, config: dict, sweep: SweepFile, spec: str, out: str, share: int, cwd: str, rung: int) -> None:
+        self.sweep, self.out, self.reported, self.total, self.rung = sweep, Path(out), -1, 0, rung
         self.runs = seed_runs(self.out, self.trial_id, sweep)
         labels = {key: config[key] for key in sweep.parameters}
         for run in self.runs:
@@ -112,13 +113,14 @@ class SweepTrial(tune.Trainable):
                        if step < self._total()]
             if reports:
                 self.reported, value = reports[0]
-                return {"objective": value, "step": self.reported, "finished": False}
+                return {"objective": value, "step": self.reported, "rungs": self.reported / self.rung,
+                        "finished": False}
             if finished:
                 returns = final_returns(self.runs, self.sweep)
                 if returns is None:
                     raise RuntimeError(f"a run finished without {METRICS[self.sweep.metric][0]} in its summary.json")
                 return {"objective": OBJECTIVES[self.sweep.objective](returns), "step": self._total(),
-                        "finished": True, "returns": returns, "done": True}
+                        "rungs": self._total() / self.rung, "finished": True, "returns": returns, "done": True}
             processes.pause([run.process for run in self.runs if run.state == "running"], POLL_S)
 
     def _total(self) -> float:
@@ -165,7 +167,9 @@ def _dirname(trial) -> str:
 
 
 def _scheduler(plan: Plan):
-    """Tune's scheduler for the sweep's pruner, in env steps on the evaluation grid."""
+    """Tune's scheduler for the sweep's pruner, in env steps on the evaluation grid. HyperBand counts in rungs
+    (`first_rung_steps` each), since Tune's HyperBand has no minimum resource: its brackets come from `max_t` alone,
+    and in env steps they would start below a single evaluation."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, MedianStoppingRule
 
     pruner, total = plan.sweep.pruner, plan.cfg.train.total_timesteps
@@ -174,7 +178,8 @@ def _scheduler(plan: Plan):
         return ASHAScheduler(time_attr="step", max_t=total, grace_period=first_rung,
                              reduction_factor=pruner.reduction_factor or 4)
     if pruner.kind == "hyperband":
-        return HyperBandScheduler(time_attr="step", max_t=total, reduction_factor=pruner.reduction_factor or 3)
+        return HyperBandScheduler(time_attr="rungs", max_t=total / first_rung,
+                                  reduction_factor=pruner.reduction_factor or 3)
     if pruner.kind == "median":
         return MedianStoppingRule(time_attr="step", grace_period=pruner.warmup_steps,
                                   min_samples_required=max(1, pruner.startup_trials))
@@ -188,6 +193,10 @@ def run_sweep_ray(plan: Plan, spec: str, out: Path, workers: int | None, address
     # Tune saves its experiment state (trials, searcher) at most this often; a second's worth is cheap, and a
     # `kill -9` then loses at most the trials proposed in the last two seconds (their runs start again).
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
+    if plan.sweep.pruner.kind == "hyperband":
+        # Tune proposes one trial at a time with a searcher (its "auto" pending limit); HyperBand's brackets need
+        # theirs all proposed at once to fill (`_concurrent`), up to the trials budget.
+        os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(plan.trial_limit or 64))
     # (OptunaSearch logs GridSampler's "Study.stop is supposed to be invoked inside an objective" after the last point)
     logging.getLogger("ray.tune.search.optuna.optuna_search").setLevel(logging.ERROR)
     with cluster.connected(address, workers, out) as cpus:
@@ -196,7 +205,7 @@ def run_sweep_ray(plan: Plan, spec: str, out: Path, workers: int | None, address
         share = math.ceil(usable_cores() * len(plan.sweep.seeds) / per_trial)
         trainable = tune.with_resources(
             tune.with_parameters(SweepTrial, sweep=plan.sweep, spec=spec, out=str(out.resolve()), share=share,
-                                 cwd=os.getcwd()),
+                                 cwd=os.getcwd(), rung=first_rung_steps(plan.sweep, plan.cfg)),
             {"cpu": per_trial})
         path = out.resolve() / TUNE
         _show[:] = [show] if show is not None else []
@@ -231,10 +240,18 @@ def _new_tuner(plan: Plan, trainable, out: Path, concurrent: int) -> tune.Tuner:
         trainable,
         tune_config=tune.TuneConfig(metric="objective", mode="max", search_alg=search, scheduler=_scheduler(plan),
                                     num_samples=-1,  # the searcher ends the sweep
-                                    max_concurrent_trials=max(1, concurrent), trial_dirname_creator=_dirname),
+                                    max_concurrent_trials=_concurrent(plan, concurrent),
+                                    trial_dirname_creator=_dirname),
         run_config=tune.RunConfig(name=TUNE, storage_path=str(out.resolve()), verbose=0,
                                   callbacks=[Display(plan.trial_limit)],
                                   failure_config=tune.FailureConfig(max_failures=0)))
+
+
+def _concurrent(plan: Plan, workers: int) -> int | None:
+    """Trials under way at once: as many as the workers run, so each proposal can learn from the results before it;
+    for HyperBand no limit (None), since a bracket halves only once it holds all its trials, running, paused or
+    waiting for a worker, and Tune adds a trial to the next bracket when it is full, not when it is done."""
+    return None if plan.sweep.pruner.kind == "hyperband" else max(1, workers)
 
 
 def _write_study(out: Path, plan: Plan, results, elapsed_s: float) -> optuna.Study:
