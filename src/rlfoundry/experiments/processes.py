@@ -23,6 +23,7 @@ import functools
 import multiprocessing
 import multiprocessing.connection
 import os
+import runpy
 import shutil
 import signal
 import subprocess
@@ -192,9 +193,8 @@ def _run_forked(command: list[str], log: str, env: dict[str, str], cwd: str | No
         stream.reconfigure(line_buffering=True)
     os.close(sink)
     sys.argv = ["rlfoundry", *command]
-    from rlfoundry.cli import main
-
-    main()  # exits with the command's code, which becomes the process's
+    # `python -m rlfoundry.cli`, as the plain start runs it; it exits with the command's code, the process's.
+    runpy.run_module("rlfoundry.cli", run_name="__main__", alter_sys=True)
 
 
 def _stop_when_closed(sentinel: int) -> None:
