@@ -92,9 +92,18 @@ the seeds' training times; two runs shared the machine's two cores at any time.
 """
 
 
+def _shown(path: Path) -> str:
+    """`path` as the command line from the repository's root gives it."""
+    try:
+        return str(path.resolve().relative_to(HERE.parent))
+    except ValueError:
+        return str(path)
+
+
 def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int]) -> None:
     overrides = list(suite.get("overrides") or [])
-    options = "" if path == HERE / "suite.yaml" else f" --suite {path.name} --out {out.name} --table {table.name}"
+    options = "" if path == HERE / "suite.yaml" else \
+        f" --suite {_shown(path)} --out {_shown(out)} --table {_shown(table)}"
     extra = f" Every run with `{' '.join(overrides)}`." if overrides else ""
     lines = [INTRO.format(suite=path.name, seeds=len(seeds), options=options, extra=extra).rstrip("\n"), "",
              f"Measured {time.strftime('%Y-%m-%d')} on {machine()}.", "",
