@@ -4,6 +4,15 @@ import pytest
 TIMING = ("wall_time", "sps", "sps_run")
 
 
+def output_of(process) -> str:
+    """What a child process printed, for a failed wait's message: stopped first if it is still going, so a test that
+    gave up waiting on a long run fails at once instead of waiting for the run to end."""
+    if process.poll() is None:
+        process.kill()
+    out, err = process.communicate(timeout=60)
+    return (out or "") + (err or "")
+
+
 def is_timing(column: str) -> bool:
     return column in TIMING or column.startswith("time/")
 

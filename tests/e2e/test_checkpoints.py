@@ -17,6 +17,7 @@ import torch
 import rlfoundry
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run.trainer import RunFailed
+from tests.conftest import output_of
 
 
 def test_cadence_best_and_last_checkpoints_restore_the_policy(tmp_path, quiet):
@@ -66,7 +67,7 @@ def test_sigterm_saves_a_checkpoint_and_marks_the_run_stopped(tmp_path):
     )
     deadline = time.time() + 60
     while not (run_dir / "metrics.csv").exists() or (run_dir / "metrics.csv").stat().st_size < 2000:
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        assert time.time() < deadline and proc.poll() is None, output_of(proc)
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlfoundry.run.registry import Registry
+from tests.conftest import output_of
 from tests.e2e.test_sweep import SMALL, cli, digest, finish, rows, summary, trials, write_sweep
 
 pytestmark = pytest.mark.xdist_group("processes")
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.xdist_group("processes")
 def wait_for(condition, process, seconds: float = 180) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
-        assert process.poll() is None and time.monotonic() < deadline, finish(process)[1]
+        assert process.poll() is None and time.monotonic() < deadline, output_of(process)
         time.sleep(0.2)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import is_timing
+from tests.conftest import is_timing, output_of
 
 CASES = {
     # spec, total steps, overrides, kill once metrics.csv has a row at or past this step
@@ -70,7 +70,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
     metrics = tmp_path / "cut" / "metrics.csv"
     deadline = time.time() + 120
     while last_step(metrics) < kill_at:
-        assert cut.poll() is None and time.time() < deadline, cut.communicate()
+        assert cut.poll() is None and time.time() < deadline, output_of(cut)
         time.sleep(0.05)
     cut.send_signal(getattr(signal, stop))
     cut.communicate(timeout=60)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlfoundry.run.registry import Registry
-from tests.conftest import is_timing
+from tests.conftest import is_timing, output_of
 
 # Each test starts several training processes: under pytest-xdist they take turns on one worker.
 pytestmark = pytest.mark.xdist_group("processes")
@@ -104,7 +104,7 @@ def test_a_killed_sweep_continues_without_losing_or_repeating_a_trial(tmp_path):
     done, under_way = out / "trials" / "0" / "s1", out / "trials" / "1" / "s1"
     deadline = time.monotonic() + 180
     while not (summary(done).get("status") == "finished" and (under_way / "checkpoints" / "last.json").exists()):
-        assert first.poll() is None and time.monotonic() < deadline, finish(first)[1]
+        assert first.poll() is None and time.monotonic() < deadline, output_of(first)
         time.sleep(0.1)
     first.send_signal(signal.SIGKILL)  # no chance to tell Optuna anything
     first.communicate(timeout=30)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlfoundry.run.registry import Registry
+from tests.conftest import output_of
 
 # Each test starts several training processes: under pytest-xdist they take turns on one worker.
 pytestmark = pytest.mark.xdist_group("processes")
@@ -75,7 +76,7 @@ def test_a_killed_set_continues_and_keeps_finished_runs(tmp_path):
     runs = [out / "CartPole-v1_ppo" / f"s{seed}" for seed in (1, 2, 3)]
     deadline = time.monotonic() + 180
     while not (status(runs[0]) == "finished" and (runs[1] / "checkpoints" / "last.json").exists()):
-        assert first.poll() is None and time.monotonic() < deadline, finish(first)[1]
+        assert first.poll() is None and time.monotonic() < deadline, output_of(first)
         time.sleep(0.2)
     first.send_signal(signal.SIGKILL)  # the whole command, without a chance to clean up
     first.communicate(timeout=30)

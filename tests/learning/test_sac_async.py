@@ -22,6 +22,7 @@ import pytest
 import rlfoundry
 from rlfoundry.algos.sac import SAC
 from rlfoundry.run.trainer import RunFailed
+from tests.conftest import output_of
 
 # Actor processes: under pytest-xdist these tests take turns on one worker (with the resume ones).
 pytestmark = pytest.mark.xdist_group("processes")
@@ -104,7 +105,7 @@ def test_sigterm_stops_an_async_run_which_then_resumes(tmp_path):
     proc = subprocess.Popen([*cli, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics, deadline, actors = run / "metrics.csv", time.time() + 120, []
     while True:
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        assert proc.poll() is None and time.time() < deadline, output_of(proc)
         actors = actors or actor_pids(proc.pid)
         if metrics.exists() and len(metrics.read_text().splitlines()) > 400:
             break
