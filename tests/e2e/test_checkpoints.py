@@ -65,7 +65,7 @@ def test_sigterm_saves_a_checkpoint_and_marks_the_run_stopped(tmp_path):
          "eval.every_steps=0", "eval.at_end=false", "checkpoint.every_steps=0", "train.device=cpu"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    deadline = time.time() + 60
+    deadline = time.time() + 120
     while not (run_dir / "metrics.csv").exists() or (run_dir / "metrics.csv").stat().st_size < 2000:
         assert time.time() < deadline and proc.poll() is None, output_of(proc)
         time.sleep(0.2)
