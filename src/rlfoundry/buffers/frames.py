@@ -36,6 +36,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import torch
+
+from rlfoundry.buffers.rollout import discounted_scan
 
 
 class FrameSequences(NamedTuple):
@@ -140,15 +143,11 @@ class FrameReplay:
 
     def _finish_episode(self) -> None:
         """Values of the episode that just ended, back to its first step: v_last = 0, v_i = (class_i - 1) +
-        gamma v_{i+1}, as a doubling scan (log2(length) vector operations instead of a loop over steps)."""
+        gamma v_{i+1} (`discounted_scan`: log2(length) vector operations instead of a loop over steps)."""
         first, end = self.episode_start, self.num_steps
-        x = self.rewards[first:end].astype(np.float64) - 1.0  # signed: no uint8 wrap-around of -1
+        x = torch.from_numpy(self.rewards[first:end].astype(np.float64) - 1.0)  # signed: no uint8 wrap of -1
         x[-1] = 0.0
-        shift, discount = 1, self.gamma
-        while shift < x.size:  # invariant: x_i = sum_{j < i + shift} gamma^(j - i) (class_j - 1) (last term 0)
-            x[:-shift] += discount * x[shift:]  # the right side is evaluated first, from the old x
-            shift, discount = 2 * shift, discount * discount
-        self.values[first:end] = x
+        self.values[first:end] = discounted_scan(x, torch.full_like(x, self.gamma)).numpy()
         self.pending = -1
         self._starts.clear()
 

@@ -176,8 +176,8 @@ def _preloading_context():
 
 
 def _run_forked(command: list[str], log: str, env: dict[str, str], cwd: str | None, own_session: bool) -> None:
-    """In the forked run: what `start` gives a new process (session, parent-death signal, directory, environment,
-    console to `log`), then the command line."""
+    """In the forked run: what `start` gives a new process (session, a stop when the command that started it dies,
+    directory, environment, console to `log`), then the command line."""
     if own_session:
         os.setsid()
     threading.Thread(target=_stop_when_closed, args=(multiprocessing.parent_process().sentinel,), daemon=True,

@@ -53,20 +53,21 @@ class Search(OptunaSearch):
     def __init__(self, plan: Plan, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._plan, self._spent, self._since = plan, 0.0, time.monotonic()
-        self._counted = self._failed = self._total = 0
+        self._counted = self._failed = 0
         self._live: set[str] = set()
 
     def elapsed(self) -> float:
         return self._spent + time.monotonic() - self._since
 
     def suggest(self, trial_id: str) -> dict | str | None:
-        if not may_start(self._plan, self._counted, self._failed, self._total, len(self._live), self.elapsed()):
+        live = len(self._live)
+        if not may_start(self._plan, self._counted, self._failed, self._counted + self._failed + live, live,
+                         self.elapsed()):
             # (one under way may still fail and, not counting, leave room for another)
             return None if self._live else Searcher.FINISHED
         config = super().suggest(trial_id)
         if isinstance(config, dict):
             self._live.add(trial_id)
-            self._total += 1
         return config
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
