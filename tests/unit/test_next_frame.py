@@ -15,6 +15,7 @@ from rlfoundry.world_models.next_frame import (
 )
 
 NUM_ACTIONS = 5  # noop, up, down, left, right in the synthetic world
+FRAME, STACKING = (3, 20, 16), 4  # a small RGB frame, stacked as MB stacks them
 HARD = LatentMixing.hard_posterior()
 
 
@@ -30,13 +31,13 @@ def _one_thread():
 
 def _model(seed: int = 0, **changes) -> NextFramePredictor:
     torch.manual_seed(seed)
-    return NextFramePredictor(NextFrameConfig.tiny(**changes), NUM_ACTIONS)
+    return NextFramePredictor(NextFrameConfig.tiny(**changes), NUM_ACTIONS, FRAME, STACKING)
 
 
-def _batch(cfg: NextFrameConfig, batch: int, seed: int = 0):
+def _batch(batch: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    c, h, w = cfg.frame_shape
-    frames = torch.randint(0, 256, (batch, cfg.stacking * c, h, w), dtype=torch.uint8, generator=g)
+    c, h, w = FRAME
+    frames = torch.randint(0, 256, (batch, STACKING * c, h, w), dtype=torch.uint8, generator=g)
     actions = torch.randint(0, NUM_ACTIONS, (batch,), generator=g)
     target = torch.randint(0, 256, (batch, c, h, w), dtype=torch.uint8, generator=g)
     return frames, actions, target
@@ -49,18 +50,18 @@ def _gen(seed: int = 0) -> torch.Generator:
 def test_shapes_and_dtypes():
     model = _model().train()
     cfg = model.cfg
-    frames, actions, target = _batch(cfg, 3)
+    frames, actions, target = _batch(3)
     out = model(frames, actions, target, HARD, generator=_gen())
-    assert out.frame_logits.shape == (3, NUM_COLOURS, *cfg.frame_shape) and out.frame_logits.dtype == torch.float32
+    assert out.frame_logits.shape == (3, NUM_COLOURS, *FRAME) and out.frame_logits.dtype == torch.float32
     assert out.reward_logits.shape == (3, 3) and out.values.shape == (3,)
     assert out.bit_loss.shape == () and out.bit_loss.item() > 0
     assert out.bits.shape == (3, cfg.bottleneck_bits)
     assert torch.equal(out.bits.abs(), torch.ones_like(out.bits))  # hard bits, flips included
     assert out.reward_inputs[0].shape == (3, model.level_channels[-1], *model.level_sizes[-1])
-    assert out.reward_inputs[1].shape == (3, cfg.hidden_size, *cfg.frame_shape[1:])
+    assert out.reward_inputs[1].shape == (3, cfg.hidden_size, *FRAME[1:])
 
     step = model.simulate(frames, actions, generator=_gen())
-    assert step.next_frame.shape == (3, *cfg.frame_shape) and step.next_frame.dtype == torch.uint8
+    assert step.next_frame.shape == (3, *FRAME) and step.next_frame.dtype == torch.uint8
     assert step.reward_class.shape == (3,) and step.reward_class.dtype == torch.long
     assert step.values.shape == (3,) and step.values.dtype == torch.float32
     assert torch.equal(step.bits.abs(), torch.ones_like(step.bits))
@@ -74,7 +75,7 @@ def test_shapes_and_dtypes():
 
 def test_straight_through_gradients_reach_posterior():
     model = _model().train()
-    frames, actions, target = _batch(model.cfg, 2)
+    frames, actions, target = _batch(2)
     out = model(frames, actions, target, HARD, generator=_gen())
     (frame_loss(out.frame_logits, target) + out.bit_loss).backward()
     assert model.posterior.logits.weight.grad.abs().sum() > 0  # through sign(tanh(·)) straight through
@@ -114,7 +115,7 @@ def test_full_model_size_and_one_step():
 def test_simulate_is_deterministic_and_never_drops_out():
     model = _model().train()  # training mode: dropout 0.15 / 0.5 would be active in forward
     assert model.cfg.dropout > 0 and model.cfg.residual_dropout > 0
-    frames, actions, _ = _batch(model.cfg, 4)
+    frames, actions, _ = _batch(4)
     # forward in training mode with the same bits does differ between calls: dropout is really there
     torch.manual_seed(1)
     a = model(frames, actions, generator=_gen()).frame_logits
@@ -147,7 +148,7 @@ def test_latent_warmup_ramps_up_from_zero():
 
 def test_latent_mixing_probabilities_mean_what_they_say():
     model = _model().eval()  # no dropout, no posterior noise: the mixing alone decides
-    frames, actions, target = _batch(model.cfg, 4)
+    frames, actions, target = _batch(4)
     other_target = target.flip(0)
 
     def run(mixing, tgt, seed=0):
@@ -198,13 +199,13 @@ def test_standardise_per_frame_channel():
     assert x[0, 1].mean().abs() < 1e-6 and x[0, 1].std(correction=0).item() == pytest.approx(1.0, rel=1e-5)
 
 
-def _moving_blocks(cfg: NextFrameConfig, n: int, seed: int = 0):
+def _moving_blocks(n: int, seed: int = 0):
     """n transitions of a world with one 4×4 block of a random colour on a dark background: an action moves it
     3 pixels (noop, up, down, left, right), clamped at the border; reward class 2 (+1) when the block ends on an
     edge, else 1. A third of the positions lie near each edge of each axis. The 4 input frames show the block's
     last positions."""
     g = torch.Generator().manual_seed(seed)
-    c, h, w = cfg.frame_shape
+    c, h, w = FRAME
     size, speed = 4, 3
     moves = torch.tensor([[0, 0], [-speed, 0], [speed, 0], [0, -speed], [0, speed]])
     low, limit = torch.zeros(2, dtype=torch.long), torch.tensor([h - size, w - size])
@@ -223,7 +224,7 @@ def _moving_blocks(cfg: NextFrameConfig, n: int, seed: int = 0):
         side = torch.randint(0, 3, (2,), generator=g)
         pos = torch.where(side == 0, near, torch.where(side == 1, limit - near, pos))
         history = [pos]
-        for _ in range(cfg.stacking - 1):
+        for _ in range(STACKING - 1):
             history.append((history[-1] - moves[torch.randint(0, NUM_ACTIONS, (), generator=g)]).clamp(low, limit))
         action = torch.randint(0, NUM_ACTIONS, (), generator=g)
         new = (pos + moves[action]).clamp(low, limit)
@@ -237,10 +238,10 @@ def _moving_blocks(cfg: NextFrameConfig, n: int, seed: int = 0):
 def test_tiny_model_learns_moving_blocks():
     torch.manual_seed(0)
     cfg = NextFrameConfig.tiny()
-    frames, actions, targets, rewards = _moving_blocks(cfg, 16)
+    frames, actions, targets, rewards = _moving_blocks(16)
     assert 0.2 < (rewards == 2).float().mean() < 0.8
     values = (rewards - 1).float()
-    model = NextFramePredictor(cfg, NUM_ACTIONS).train()
+    model = NextFramePredictor(cfg, NUM_ACTIONS, FRAME, STACKING).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     steps, g = 250, _gen(0)  # ≈16 s on one thread of a shared AMD EPYC core
     for step in range(steps):

@@ -81,10 +81,9 @@ RewardHead = Literal["modified", "original"]
 
 @dataclass(frozen=True)
 class NextFrameConfig:
-    """Sizes and settings of the predictor. Defaults are MB's (fact sheet rows cited per field)."""
+    """Sizes and settings of the predictor's layers. Defaults are MB's (fact sheet rows cited per field). The frames
+    it reads (MB: 4 stacked RGB 105×80 frames, §1) are the predictor's arguments, given by the env."""
 
-    frame_shape: tuple[int, int, int] = (3, 105, 80)  # §1 "Resolution / colour": RGB 105×80
-    stacking: int = 4  # §1 "Frame stack": input 12×105×80
     hidden_size: int = 96  # §2.1 "Embedding" (`--hidden-size`)
     compress_steps: int = 5  # §2.1 "Encoder" (`--compress-steps`); T2T uses 6 (§2.5)
     filter_double_steps: int = 3  # §2.1 "Encoder": 96 -> 192 -> 384 -> 768, then 768
@@ -109,17 +108,11 @@ class NextFrameConfig:
         if self.bottleneck_bits % BITS_PER_CHUNK or self.bottleneck_bits <= 0:
             raise ValueError(f"bottleneck_bits must be a positive multiple of {BITS_PER_CHUNK}, "
                              f"got {self.bottleneck_bits}")
-        if min(self.frame_shape[1:]) < 2 ** self.compress_steps:
-            raise ValueError(f"frame {self.frame_shape} is too small for {self.compress_steps} compress steps")
-
-    @property
-    def input_channels(self) -> int:
-        return self.stacking * self.frame_shape[0]
 
     @classmethod
     def tiny(cls, **changes) -> NextFrameConfig:
-        """A small frame and narrow layers with MB's structure: trains on a CPU in seconds (tests, smoke runs)."""
-        small = dict(frame_shape=(3, 20, 16), hidden_size=16, compress_steps=2, filter_double_steps=2,
+        """Narrow layers and 2 compress steps with MB's structure (frames from 4×4 up, e.g. 3×20×16): trains on a CPU in seconds (tests, smoke runs)."""
+        small = dict(hidden_size=16, compress_steps=2, filter_double_steps=2,
                      bottleneck_bits=16, latent_state_size=32, posterior_filters=(16, 32), reward_head_channels=16)
         return replace(cls(), **{**small, **changes})
 
@@ -233,10 +226,10 @@ class AttentionPool(nn.Module):
 class Posterior(nn.Module):
     """(standardised frames, standardised target) -> bottleneck_bits logits (§2.2 "Posterior", training only)."""
 
-    def __init__(self, cfg: NextFrameConfig, num_actions: int):
+    def __init__(self, cfg: NextFrameConfig, num_actions: int, input_channels: int, frame_channels: int):
         super().__init__()
         f1, f2 = cfg.posterior_filters
-        self.embed = nn.Conv2d(cfg.input_channels + cfg.frame_shape[0], cfg.hidden_size, 1)
+        self.embed = nn.Conv2d(input_channels + frame_channels, cfg.hidden_size, 1)
         self.inject = ActionInjector(num_actions, cfg.hidden_size)
         self.conv1 = nn.Conv2d(cfg.hidden_size, f1, 8, stride=4, padding=2)
         self.conv2 = nn.Conv2d(f1, f2, 8, stride=4, padding=2)
@@ -333,13 +326,18 @@ REWARD_HEADS: dict[str, type[nn.Module]] = {"modified": MBARCRewardHead, "origin
 
 
 class NextFramePredictor(nn.Module):
-    """The world model: next frame, reward class and value from 4 frames and an action (module docstring)."""
+    """The world model: next frame, reward class and value from `stacking` frames of `frame_shape` [C, H, W] and an
+    action (module docstring). MB: frame_shape (3, 105, 80), stacking 4 (fact sheet §1)."""
 
-    def __init__(self, cfg: NextFrameConfig, num_actions: int):
+    def __init__(self, cfg: NextFrameConfig, num_actions: int, frame_shape: tuple[int, int, int] = (3, 105, 80),
+                 stacking: int = 4):
         super().__init__()
         self.cfg, self.num_actions = cfg, num_actions
+        self.frame_shape, self.stacking = tuple(frame_shape), stacking
         k = cfg.compress_steps
-        channels, sizes = [cfg.hidden_size], [cfg.frame_shape[1:]]
+        if min(self.frame_shape[1:]) < 2 ** k:
+            raise ValueError(f"frame {self.frame_shape} is too small for {k} compress steps")
+        channels, sizes = [cfg.hidden_size], [self.frame_shape[1:]]
         for level in range(k):  # filters double in the first filter_double_steps levels (§2.1 "Encoder")
             channels.append(channels[-1] * 2 if level < cfg.filter_double_steps else channels[-1])
             sizes.append((sizes[-1][0] // 2, sizes[-1][1] // 2))  # conv 4×4 s2 p1 halves, rounding down
@@ -353,14 +351,14 @@ class NextFramePredictor(nn.Module):
         for name, c, (h, w) in zip(self._timing_names, channels, sizes):
             self.register_buffer(name, timing_signal(c, h, w), persistent=False)
 
-        self.embed = nn.Conv2d(cfg.input_channels, cfg.hidden_size, 1)
+        self.embed = nn.Conv2d(self.input_channels, cfg.hidden_size, 1)
         nn.init.normal_(self.embed.bias, std=0.01)  # §2.1 "Embedding": bias init N(0, 0.01)
         self.encoder = nn.ModuleList(nn.Conv2d(channels[i], channels[i + 1], 4, stride=2, padding=1) for i in range(k))
         self.encoder_norms = nn.ModuleList(nn.InstanceNorm2d(channels[i + 1], affine=True, eps=1e-6) for i in range(k))
         self.value_head = nn.Linear(bottleneck_size, 1)
         self.bottleneck_injector = ActionInjector(num_actions, mid)
 
-        self.posterior = Posterior(cfg, num_actions)
+        self.posterior = Posterior(cfg, num_actions, self.input_channels, self.frame_shape[0])
         self.prior = BitsPrior(cfg, bottleneck_size)
         self.bits_mul = nn.Linear(cfg.bottleneck_bits, mid)
         self.bits_add = nn.Linear(cfg.bottleneck_bits, mid)
@@ -379,7 +377,7 @@ class NextFramePredictor(nn.Module):
         self.decoder_norms = nn.ModuleList(nn.InstanceNorm2d(channels[i], affine=True, eps=1e-6) for i in levels)
         # The 1×1 output conv (hidden -> 256·C per pixel) as a matmul on [B, hidden, H·W]: the same map, and on the
         # CPU (torch 2.13, 1 thread) forward takes 424 ms against 746 ms for Conv2d at the full size, batch 16.
-        self.logits = nn.Linear(cfg.hidden_size, NUM_COLOURS * cfg.frame_shape[0])
+        self.logits = nn.Linear(cfg.hidden_size, NUM_COLOURS * self.frame_shape[0])
         self.reward_head = REWARD_HEADS[cfg.reward_head](cfg, mid, mid_size)
 
     def forward(self, frames: torch.Tensor, actions: torch.Tensor, target_frame: torch.Tensor | None = None,
@@ -408,20 +406,24 @@ class NextFramePredictor(nn.Module):
         return SimulatedStep(out.frame_logits.argmax(1).to(torch.uint8), out.reward_logits.argmax(1), out.values,
                              out.bits)
 
+    @property
+    def input_channels(self) -> int:
+        return self.stacking * self.frame_shape[0]
+
     def _timing(self, level: int) -> torch.Tensor:
         return self.get_buffer(self._timing_names[level])
 
     def _check(self, frames, actions, target_frame) -> None:
-        shape = (self.cfg.input_channels, *self.cfg.frame_shape[1:])
+        shape = (self.input_channels, *self.frame_shape[1:])
         if frames.dtype != torch.uint8 or frames.ndim != 4 or tuple(frames.shape[1:]) != shape:
             raise ValueError(f"frames must be uint8 [B, {', '.join(map(str, shape))}], got {frames.dtype} "
                              f"{tuple(frames.shape)}")
         if actions.dtype != torch.long or tuple(actions.shape) != frames.shape[:1]:
             raise ValueError(f"actions must be long [{frames.shape[0]}], got {actions.dtype} {tuple(actions.shape)}")
         if target_frame is not None and (target_frame.dtype != torch.uint8
-                                         or tuple(target_frame.shape) != (frames.shape[0], *self.cfg.frame_shape)):
+                                         or tuple(target_frame.shape) != (frames.shape[0], *self.frame_shape)):
             raise ValueError(f"target_frame must be uint8 [{frames.shape[0]}, "
-                             f"{', '.join(map(str, self.cfg.frame_shape))}], got {target_frame.dtype} "
+                             f"{', '.join(map(str, self.frame_shape))}], got {target_frame.dtype} "
                              f"{tuple(target_frame.shape)}")
 
     def _inject_bits(self, x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
@@ -494,5 +496,5 @@ class NextFramePredictor(nn.Module):
         reward_logits = self.reward_head(mid, x, train)
         weight = self.logits.weight.expand(x.shape[0], -1, -1)  # [B, 256·C, hidden]
         frame_logits = torch.baddbmm(self.logits.bias[:, None], weight, x.flatten(2))
-        frame_logits = frame_logits.view(x.shape[0], NUM_COLOURS, *cfg.frame_shape)
+        frame_logits = frame_logits.view(x.shape[0], NUM_COLOURS, *self.frame_shape)
         return FramePrediction(frame_logits, reward_logits, values, bit_loss, bits, (mid, x))
