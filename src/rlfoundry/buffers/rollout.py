@@ -10,6 +10,10 @@ truncation needs — so it comes for free from the normal forward pass.
 reset). Recurrent policies reset their memory there — the reset row itself still sees the ended episode's
 memory — and also get the memory at the start of each `sequence_length` chunk, from which the update
 replays it.
+
+Envs that step on the device: an env whose observations come as torch tensors (the world-model agent's
+`rlfoundry.world_models.simulated_env.SimulatedEnv`) gets its actions as tensors and its rollout stored in tensors on
+the same device, so collecting from it copies nothing to the host.
 """
 
 from __future__ import annotations
@@ -108,40 +112,61 @@ class RolloutCollector:
         self.envs, self.spec, self.num_steps, self.device = envs, spec, num_steps, device
         self.sequence_length = sequence_length
         self.memory = None  # a recurrent policy's memory after the last step (built at the first collect)
-        shape = (num_steps, spec.num_envs)
-        self.obs = np.zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)
-        self.rewards = np.zeros(shape, dtype=np.float32)
-        self.terminated = np.zeros(shape, dtype=np.float32)
-        self.truncated = np.zeros(shape, dtype=np.float32)
-        self.valid = np.zeros(shape, dtype=bool)
         if resume is None:
             self.next_obs, _ = envs.reset(seed=env_seed(seed) + spec.first_env)
-            self.prev_done = np.zeros(spec.num_envs, dtype=bool)
         else:
-            self.next_obs, self.prev_done = resume["next_obs"].copy(), resume["prev_done"].copy()
-            self.valid[-1] = resume.get("last_valid", ~self.prev_done)
+            self.next_obs = resume["next_obs"].copy()
+        self.on_device = isinstance(self.next_obs, torch.Tensor)  # the env steps on the device (module docstring)
+        zeros = self._device_zeros if self.on_device else np.zeros
+        shape = (num_steps, spec.num_envs)
+        self.obs = zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)
+        self.rewards = zeros(shape, dtype=np.float32)
+        self.terminated = zeros(shape, dtype=np.float32)
+        self.truncated = zeros(shape, dtype=np.float32)
+        self.valid = zeros(shape, dtype=bool)
+        self.starts = zeros(shape, dtype=bool)
+        self.prev_done = zeros(spec.num_envs, dtype=bool)
+        if resume is not None:
+            self.prev_done[:] = resume["prev_done"]
+            self.valid[-1] = resume.get("last_valid", ~resume["prev_done"])
             self.memory = _unflatten_memory(resume, device)
-        self.starts = np.zeros(shape, dtype=bool)
         if spec.discrete:
             self.low = self.high = None
         else:
             self.low, self.high = spec.action_space.low, spec.action_space.high
+            if self.on_device:
+                self.low, self.high = (torch.as_tensor(bound, device=device) for bound in (self.low, self.high))
+
+    def _device_zeros(self, shape: tuple[int, ...], dtype) -> torch.Tensor:
+        return torch.zeros(shape, dtype=torch.from_numpy(np.zeros((), dtype)).dtype, device=self.device)
+
+    def restart(self, seed: int | None = None) -> None:
+        """Reset the envs now: the next rollout starts from fresh episodes (the world-model agent restarts its
+        simulated envs from real frames before every rollout)."""
+        self.next_obs, _ = self.envs.reset(seed=seed)
+        self.prev_done = self.prev_done & False  # a new array: the last one may be an inference tensor
+        self.valid[-1] = True
+        self.memory = None
 
     def state(self) -> dict[str, np.ndarray]:
         """What carries over between rollouts, for checkpoints."""
-        state = {"next_obs": np.ascontiguousarray(self.next_obs, dtype=self.obs.dtype),
-                 "prev_done": self.prev_done.copy(), "last_valid": self.valid[-1].copy()}
+        state = {"next_obs": np.ascontiguousarray(_host(self.next_obs), dtype=self.spec.obs_dtype),
+                 "prev_done": _host(self.prev_done).copy(), "last_valid": _host(self.valid[-1]).copy()}
         if self.memory is not None:
             for g, core_state in enumerate(self.memory):
                 for i, tensor in enumerate(core_state):
                     state[f"memory.{g}.{i}"] = tensor.cpu().numpy()
         return state
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+    def _tensor(self, array: np.ndarray | torch.Tensor) -> torch.Tensor:
+        if isinstance(array, torch.Tensor):
+            return array
         return torch.from_numpy(array).to(self.device, non_blocking=True)
 
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray | torch.Tensor:
         """Actions as the env takes them: Gaussian samples are clipped to the bounds (stored unclipped)."""
+        if self.on_device:
+            return actions if self.low is None else actions.clamp(self.low, self.high)
         array = actions.cpu().numpy()
         return array if self.low is None else np.clip(array, self.low, self.high)
 
@@ -159,7 +184,8 @@ class RolloutCollector:
                 start = clock()
                 self.obs[t] = self.next_obs
                 if recurrent:  # `starts` of row t, from row t - 1 (not yet overwritten at t = 0); None: none
-                    starts = None if self.valid[t - 1].all() else self._tensor(~self.valid[t - 1])
+                    none = not self.on_device and self.valid[t - 1].all()  # (on the device: no sync to find out)
+                    starts = None if none else self._tensor(~self.valid[t - 1])
                     if t % self.sequence_length == 0:
                         states.append(self.memory)
                 self.valid[t] = ~self.prev_done
@@ -183,7 +209,8 @@ class RolloutCollector:
             start = clock()
             if recurrent:
                 starts = self._tensor(~self.valid[-1])
-            last_value = policy.value(self._tensor(np.asarray(self.next_obs, dtype=self.obs.dtype)), self.memory, starts)
+            next_obs = self.next_obs if self.on_device else np.asarray(self.next_obs, dtype=self.obs.dtype)
+            last_value = policy.value(self._tensor(next_obs), self.memory, starts)
             stats.time_act += clock() - start
         self.starts[1:] = ~self.valid[:-1]
         rollout = Rollout(
@@ -201,6 +228,10 @@ class RolloutCollector:
         if recurrent:
             rollout.states = [tuple(tuple(t.clone() for t in core) for core in memory) for memory in states]
         return rollout, stats
+
+
+def _host(x: np.ndarray | torch.Tensor) -> np.ndarray:
+    return x.cpu().numpy() if isinstance(x, torch.Tensor) else x
 
 
 def to_sequences(x: torch.Tensor, length: int) -> torch.Tensor:

@@ -1,0 +1,124 @@
+"""SimPLe's simulated environment (Kaiser et al. 2019, arXiv:1903.00374): a Gymnasium `VectorEnv` of `num_envs`
+envs whose step is one batched forward pass of the world model, in this process, on the model's device.
+
+    reset:  every env restarts from a real frame stack [S·C, H, W] uint8 drawn by `restarts(rng, n)`
+    step:   next frame, reward class, value = model.simulate(stacks, actions)     (bits from the LSTM prior)
+            stacks = stacks without their oldest frame + the next frame
+            reward = class - 1 ∈ {-1, 0, 1};  after `episode_length` steps the episode ends for every env
+
+Observations, rewards and flags are torch tensors on the model's device, never copied to the host: a policy on the
+same device reads them directly (`rlfoundry.buffers.rollout.RolloutCollector` stores them as they come). Spaces
+and dtypes are Gymnasium's: observations uint8 in the `Box` below, actions from `Discrete(num_actions)`; the
+NEXT_STEP autoreset of the rest of rlfoundry: the step after an episode's last one restarts the env, ignores the
+action and returns reward 0. Ended episodes report `info["episode"]` ("r", "l", "t") and `info["_episode"]`, as
+`gymnasium.wrappers.vector.RecordEpisodeStatistics` does. All envs begin and end their episodes together (one
+host counter, so knowing when an episode ends needs no device sync).
+
+The end of a simulated episode, following the MBARC port's defaults (fact sheet §3 "Simulated reward",
+"Terminal"), with its defect fixed:
+- `add_value` (default, MB): at the last step the world model's value estimate is added to the reward and the
+  episode TERMINATES, so PPO does not bootstrap again. The port meant to end it there but its done flag never
+  fired (its step counter was reset before the test, §6 item 2), so PPO bootstrapped from its critic on top of the
+  added value: the tail counted twice. The value added is the value head's estimate for the last step's input
+  stack, as the port adds it.
+- `add_value=False` (MB `--discard-value`, and T2T, which adds no value): the episode is TRUNCATED at the last
+  step and PPO bootstraps from its own critic on the final observation.
+
+Randomness: restarts draw from `np_random` (Gymnasium's, seeded by `reset(seed=...)`), the latent bits from a
+torch generator on the device seeded from it; `state_dict` holds both, for exact resume.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from rlfoundry.world_models.next_frame import NextFramePredictor
+
+Restarts = Callable[[np.random.Generator, int], np.ndarray]
+
+
+class SimulatedEnv(VectorEnv):
+    """`num_envs` envs stepped by `model` (see the module docstring)."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, model: NextFramePredictor, restarts: Restarts, num_envs: int, episode_length: int = 50,
+                 add_value: bool = True, temperature: float = 1.0):
+        """`restarts(rng, n)`: n real frame stacks [n, S·C, H, W] uint8 to start episodes from. MB: 16 envs,
+        episodes of 50 steps (the rollout length), the LSTM prior sampled at temperature 1 (fact sheet §1, §2.2, §3)."""
+        if episode_length < 1 or num_envs < 1:
+            raise ValueError(f"num_envs and episode_length must be ≥ 1, got {num_envs}, {episode_length}")
+        self.model, self.restarts = model, restarts
+        self.num_envs, self.episode_length = num_envs, episode_length
+        self.add_value, self.temperature = add_value, temperature
+        self.device = next(model.parameters()).device
+        channels, height, width = model.frame_shape
+        self.frame_channels = channels
+        self.single_observation_space = spaces.Box(0, 255, (model.stacking * channels, height, width), np.uint8)
+        self.single_action_space = spaces.Discrete(model.num_actions)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.generator = torch.Generator(self.device)
+        self.stacks: torch.Tensor | None = None
+        self.steps = 0  # of the current episodes
+        self.returns = torch.zeros(num_envs, device=self.device)
+        self.started = 0.0  # wall time the current episodes began (the statistics' "t")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)  # seeds np_random
+        if seed is not None:
+            self.generator.manual_seed(int(self.np_random.integers(2**63)))
+        self._restart()
+        return self.stacks, {}
+
+    def _restart(self) -> None:
+        stacks = np.asarray(self.restarts(self.np_random, self.num_envs))
+        expected = (self.num_envs, *self.single_observation_space.shape)
+        if stacks.shape != expected or stacks.dtype != np.uint8:
+            raise ValueError(f"restarts gave {stacks.dtype} {stacks.shape}, expected uint8 {expected}")
+        self.stacks = torch.from_numpy(stacks).to(self.device)  # the one host -> device copy, per episode
+        self.steps = 0
+        self.returns.zero_()
+        self.started = time.perf_counter()
+
+    def step(self, actions):
+        if self.stacks is None:
+            raise RuntimeError("SimulatedEnv.step before reset")
+        flags = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        if self.steps == self.episode_length:  # NEXT_STEP autoreset: this step only restarts
+            self._restart()
+            return self.stacks, torch.zeros(self.num_envs, device=self.device), flags, flags.clone(), {}
+        actions = torch.as_tensor(actions, device=self.device).long()
+        out = self.model.simulate(self.stacks, actions, temperature=self.temperature, generator=self.generator)
+        self.stacks = torch.cat([self.stacks[:, self.frame_channels:], out.next_frame], dim=1)
+        reward = (out.reward_class - 1).float()
+        self.steps += 1
+        info: dict[str, Any] = {}
+        ended = self.steps == self.episode_length
+        if ended and self.add_value:
+            reward = reward + out.values.float()
+        self.returns += reward
+        if ended:
+            lengths = torch.full((self.num_envs,), self.steps, dtype=torch.int32, device=self.device)
+            elapsed = torch.full((self.num_envs,), time.perf_counter() - self.started, device=self.device)
+            info = {"episode": {"r": self.returns.clone(), "l": lengths, "t": elapsed}, "_episode": ~flags}
+        terminated = flags | (ended and self.add_value)
+        truncated = flags | (ended and not self.add_value)
+        return self.stacks, reward, terminated, truncated, info
+
+    def state_dict(self) -> dict[str, Any]:
+        """The random streams (restarts, latent bits), for an exact resume; the envs' positions are not kept: the
+        agent restarts them at every rollout."""
+        return {"np_random": self.np_random.bit_generator.state, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.np_random.bit_generator.state = state["np_random"]
+        self.generator.set_state(state["generator"])
