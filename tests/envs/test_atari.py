@@ -103,6 +103,24 @@ def test_frame_stack_img_size_and_action_space(build, backend):
     assert obs.shape == (2, 2, 64, 64) and obs.dtype == np.uint8
 
 
+# SimPLe's observation (Kaiser et al. 2019, arXiv:1903.00374): 105x80 colour frames, 4 stacked, no max-pool
+SIMPLE_FRAMES = {"grayscale": False, "img_size": [105, 80], "max_pool": False, "noop_max": 8,
+                 "repeat_action_probability": 0.0, "episodic_life": False}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_square_colour_frames(build, backend):
+    envs, spec = build("ALE/Pong-v5", backend=backend, **SIMPLE_FRAMES)
+    assert spec.observation_space == spaces.Box(0, 255, (12, 105, 80), np.uint8)  # [frame_stack * RGB, H, W]
+    cfg = EnvConfig(id="ALE/Pong-v5", atari={**SIMPLE_FRAMES, "backend": backend})
+    assert probe_spaces("ALE/Pong-v5", env_cfg=cfg)[0] == spec.observation_space
+    obs, _ = envs.reset(seed=0)
+    assert obs.shape == (2, 12, 105, 80) and obs.dtype == np.uint8
+    for obs, *_ in random_actions(envs, 5, seed=0):
+        assert obs.shape == (2, 12, 105, 80)
+    assert obs[:, -3:].any()
+
+
 def test_colour_frames_are_channel_first(build):
     from ale_py.vector_env import AtariVectorEnv
 
@@ -225,6 +243,7 @@ def assert_same(a: list[tuple], b: list[tuple]) -> None:
     ("ALE/Breakout-v5", {}),  # life losses, game overs (FIRE reset), reset rows
     ("ALE/Pong-v5", {"grayscale": False, "max_episode_frames": 400}),  # colour, the time limit
     ("ALE/Breakout-v5", {"frame_skip": 3, "episodic_life": False, "reward_clipping": False, "img_size": 64}),
+    ("ALE/Breakout-v5", {**SIMPLE_FRAMES, "noop_max": 0}),  # non-square colour frames, the last frame unpooled
 ])
 def test_single_backend_matches_the_vector_backend_without_randomness(build, env_id, options):
     """The backends' RNG streams differ, so with no sticky actions and no no-ops both must give identical steps:
@@ -400,3 +419,36 @@ def test_atari_config_checks_values():
         AtariConfig(repeat_action_probability=1.5)
     with pytest.raises(ValueError, match="frame_stak"):
         AtariConfig(frame_stak=2)
+
+
+def test_img_size_is_square_or_height_and_width():
+    assert AtariConfig().frame_size == (84, 84) and AtariConfig(img_size=64).frame_size == (64, 64)
+    assert AtariConfig(img_size=[105, 80]).img_size == (105, 80) == AtariConfig(img_size=(105, 80)).frame_size
+
+
+@pytest.mark.parametrize("img_size", [[105], [105, 80, 3], [105, 0], [-1, 80], 0, -84, [105.5, 80], "84", True])
+def test_bad_img_size_is_an_error_naming_the_key(img_size):
+    import json
+
+    from pydantic import ValidationError
+
+    from rlfoundry.spec.load import load_config
+
+    with pytest.raises(ValidationError, match="img_size"):
+        AtariConfig(img_size=img_size)
+    with pytest.raises(ConfigError, match=r"env\.atari\.img_size = .*\[height, width\]"):
+        load_config("ALE/Breakout-v5:ppo", [f"env.atari.img_size={json.dumps(img_size)}"])
+
+
+def test_non_square_img_size_round_trips_through_the_run_config(tmp_path):
+    """A run writes its resolved config as YAML (lists, no tuples) and a resume reads it back: the same config."""
+    from rlfoundry.run.restore import run_config
+    from rlfoundry.run.rundir import write_yaml
+    from rlfoundry.spec.load import load_config
+
+    cfg = load_config("ALE/Breakout-v5:ppo", ["env.atari.img_size=[105, 80]", "env.atari.grayscale=false"])
+    assert cfg.env.atari.img_size == (105, 80)
+    write_yaml(tmp_path / "config.yaml", cfg.model_dump(mode="json", by_alias=True))
+    assert "img_size: [105, 80]" in (tmp_path / "config.yaml").read_text()
+    again = run_config(tmp_path)
+    assert again == cfg and again.env.atari.frame_size == (105, 80)

@@ -6,11 +6,16 @@ assembles them with the algorithm's own section lives above the algorithms, in `
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from rlfoundry.config.base import StrictModel
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
 
 
 class MiniGridConfig(StrictModel):
@@ -38,7 +43,11 @@ class AtariConfig(StrictModel):
     reward_clipping: bool = Field(
         True, description="The learner gets sign(reward); episode statistics report the unclipped score."
     )
-    img_size: PositiveInt = Field(84, description="Frames are resized to img_size x img_size.")
+    img_size: int | tuple[int, int] = Field(
+        84,
+        description="Frames are resized to img_size x img_size, or to [height, width] (e.g. [105, 80], SimPLe's "
+        "frames: half of ALE's 210x160).",
+    )
     grayscale: bool = Field(
         True, description="Grey frames [frame_stack, H, W]; false: RGB, laid out as [frame_stack * 3, H, W]."
     )
@@ -56,6 +65,21 @@ class AtariConfig(StrictModel):
         description="vector: ale_py's AtariVectorEnv (C++ threads, fastest; resume resets the envs, no video); "
         "single: one Gymnasium AtariEnv per sub-env, preprocessed in Python (slower; exact resume and video).",
     )
+
+    @field_validator("img_size", mode="before")
+    @classmethod
+    def _img_size(cls, value: Any) -> int | tuple[int, int]:
+        # one check with one message: pydantic's own union errors would report the int branch only
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive_int(side) for side in value):
+            return int(value[0]), int(value[1])
+        if _positive_int(value):
+            return int(value)
+        raise ValueError("expected a positive int (square frames) or [height, width] (two positive ints)")
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """(height, width) of the preprocessed frames."""
+        return (self.img_size, self.img_size) if isinstance(self.img_size, int) else self.img_size
 
 
 class EnvConfig(StrictModel):

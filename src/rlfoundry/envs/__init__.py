@@ -24,6 +24,7 @@ from gymnasium.wrappers import vector as vw
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
+from rlfoundry.envs.toys import register_toys
 from rlfoundry.envs.wrappers import FiniteCheck, MaskObservation, mask_obs_space
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
@@ -58,8 +59,10 @@ class EnvSpec:
 
 
 def register_optional_families() -> None:
-    """Register our `Bandit-*` ids, and the ids of optional env packages (Atari, MiniGrid) when installed."""
+    """Register our `Bandit-*` and `rlfoundry/*` ids, and the ids of optional env packages (Atari, MiniGrid) when
+    installed."""
     register_bandits()
+    register_toys()
     for module in ("ale_py", "minigrid"):
         try:
             __import__(module)

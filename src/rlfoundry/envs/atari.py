@@ -9,13 +9,15 @@
   (videos are always recorded on it, whatever the training backend).
 
 Both do the standard preprocessing set by `env.atari` (`AtariConfig`): up to `noop_max` no-ops and FIRE on reset,
-`frame_skip` repeats with a max over the last two frames, resize to `img_size` (OpenCV's INTER_AREA), grey,
-`frame_stack` frames (zeros before the reset frame), sticky actions (`repeat_action_probability`, 0.25 like the v5
-ids; Machado et al. 2018, arXiv:1709.06009) and a `max_episode_frames` time limit. The limit counts emulator
-frames after the reset no-ops: 108 000 frames (30 minutes of play) are 27 000 agent steps at frame_skip 4. Frames
-stay uint8; colour frames are laid out channel-first as [frame_stack * 3, H, W] (frame-major, then R, G, B). Given
-the same actions and no randomness (no sticky actions, no no-ops) the two backends give the same frames; their RNG
-streams differ, so with either they play different games for a seed.
+`frame_skip` repeats with a max over the last two frames (`max_pool`; without it, the last frame), resize to
+`img_size` (OpenCV's INTER_AREA; square, or [height, width] as `AtariConfig.frame_size`, e.g. SimPLe's 105x80
+colour frames), grey or RGB, `frame_stack` frames (zeros before the reset frame), sticky actions
+(`repeat_action_probability`, 0.25 like the v5 ids; Machado et al. 2018, arXiv:1709.06009) and a
+`max_episode_frames` time limit. The limit counts emulator frames after the reset no-ops: 108 000 frames (30 minutes
+of play) are 27 000 agent steps at frame_skip 4. Frames stay uint8; colour frames are laid out channel-first as
+[frame_stack * 3, H, W] (frame-major, then R, G, B). Given the same actions and no randomness (no sticky actions, no
+no-ops) the two backends give the same frames; their RNG streams differ, so with either they play different games
+for a seed.
 
 Two things are done here instead of inside ALE (checked against ale-py 0.12.1):
 
@@ -124,8 +126,8 @@ def make_vector_env(env_id: str, atari_cfg, num_envs: int, render_mode: str | No
             repeat_action_probability=atari_cfg.repeat_action_probability,
             full_action_space=atari_cfg.full_action_space,
             autoreset_mode=AutoresetMode.NEXT_STEP,
-            img_height=atari_cfg.img_size,
-            img_width=atari_cfg.img_size,
+            img_height=atari_cfg.frame_size[0],
+            img_width=atari_cfg.frame_size[1],
             grayscale=atari_cfg.grayscale,
             stack_num=atari_cfg.frame_stack,
             frameskip=atari_cfg.frame_skip,
@@ -198,8 +200,9 @@ class AtariFrames(gym.Wrapper):
     - reset: the AtariEnv's reset (seeding, `reset_game`), FIRE if `fire_reset` and the game has it, then
       uniform{0..noop_max-1} no-ops less the FIRE; the stack is zeros and then the reset frame.
     - step: the action for `frame_skip` frames, stopping early at game over or the time limit; the last two frames
-      are grabbed and max-pooled, resized (INTER_AREA) and pushed onto the stack. As in C++, a step cut short pools
-      the frames grabbed before, and the limit counts frames since the reset no-ops.
+      are grabbed and max-pooled (the last alone without `max_pool`), resized to `frame_size` (INTER_AREA) and
+      pushed onto the stack. As in C++, a step cut short pools the frames grabbed before, and the limit counts
+      frames since the reset no-ops.
     - sticky actions are done here, as ALE does them (each frame keeps the previous frame's action with probability
       `repeat_action_probability`; a game starts from NOOP), because ALE keeps the action it repeats outside its
       `cloneState` (StellaEnvironment::m_actions): a restored emulator would repeat the action it last ran.
@@ -223,11 +226,10 @@ class AtariFrames(gym.Wrapper):
         self.frame_skip, self.max_pool = atari_cfg.frame_skip, atari_cfg.max_pool
         self.noop_max, self.max_frames = atari_cfg.noop_max, atari_cfg.max_episode_frames
         self.repeat_action_probability = atari_cfg.repeat_action_probability
-        self.size = atari_cfg.img_size
+        self.height, self.width = atari_cfg.frame_size
         colours = () if atari_cfg.grayscale else (3,)
-        height, width = ale.getScreenDims()
-        self.raw = np.zeros((2, height, width, *colours), dtype=np.uint8)  # the last two frames of a step
-        self.stack = np.zeros((atari_cfg.frame_stack, self.size, self.size, *colours), dtype=np.uint8)
+        self.raw = np.zeros((2, *ale.getScreenDims(), *colours), dtype=np.uint8)  # the last two frames of a step
+        self.stack = np.zeros((atari_cfg.frame_stack, self.height, self.width, *colours), dtype=np.uint8)
         self.observation_space = spaces.Box(0, 255, self.stack.shape, dtype=np.uint8)
         self.action_space = spaces.Discrete(len(self.action_set))
         self.elapsed_frames, self.lives, self.game_over, self.life_loss = 0, 0, False, False
@@ -294,7 +296,8 @@ class AtariFrames(gym.Wrapper):
         if self.max_pool:
             np.maximum(self.raw[0], self.raw[1], out=self.raw[0])
         self.stack[:-1] = self.stack[1:]
-        self.stack[-1] = cv2.resize(self.raw[0], (self.size, self.size), interpolation=cv2.INTER_AREA)
+        # OpenCV's dsize is (width, height)
+        self.stack[-1] = cv2.resize(self.raw[0], (self.width, self.height), interpolation=cv2.INTER_AREA)
 
     def _info(self) -> dict[str, Any]:
         ale = self.ale

@@ -1,0 +1,104 @@
+"""Small pixel games for testing image pipelines and model-based learning quickly, registered as `rlfoundry/*` ids.
+
+`rlfoundry/Catch-v0` (`CatchEnv`): a ball falls one row per step from a random column of the top row; a paddle on
+the bottom row moves left, stays or moves right (`Discrete(3)`: 0, 1, 2). The step on which the ball reaches the
+bottom row pays +1 if the paddle is under it and -1 if not, every other step 0; the next step starts a new ball at
+the top. An episode is `balls` balls and terminates on the last one's reward (length `balls * height - 1`). The
+paddle (3 pixels) has `height - 1` moves after a ball appears and needs at most `width - 3` to get under it, so
+when `height - 1 >= width - 3` (20x16: 19 >= 13) a policy that follows the ball catches every one: the best
+return is `balls`. The game is Catch (Mnih et al. 2014, arXiv:1406.6247; bsuite's catch, Osband et al. 2020,
+arXiv:1908.03568), drawn in colour and stacked like rlfoundry's RGB Atari frames, so that a world model made for
+SimPLe's frames has a small game to learn: one random draw per ball, and a reward that the frame shows (the ball
+over the paddle, or not, in the bottom row).
+
+Observations are the last `frame_stack` RGB frames, uint8 [frame_stack * 3, height, width], oldest first,
+frame-major then R, G, B (`rlfoundry.envs.atari`'s colour layout), with zeros (blank frames) before the reset frame.
+All randomness (the balls' columns) comes from the env's `np_random`, seeded by `reset(seed=...)`.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+BALL = np.array([255, 80, 80], dtype=np.uint8)  # red
+PADDLE = np.array([80, 160, 255], dtype=np.uint8)  # blue
+PADDLE_WIDTH = 3
+RENDER_SCALE = 8  # render() upscales each pixel to 8x8, so videos are not a few pixels wide
+
+
+class CatchEnv(gym.Env):
+    """Catch a falling ball with a paddle; see the module docstring."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, height: int = 20, width: int = 16, frame_stack: int = 4, balls: int = 10,
+                 render_mode: str | None = None):
+        if height < 2 or width < PADDLE_WIDTH:
+            raise ValueError(f"height = {height}, width = {width}: need height >= 2 and width >= {PADDLE_WIDTH}")
+        if frame_stack < 1 or balls < 1:
+            raise ValueError(f"frame_stack = {frame_stack}, balls = {balls}: both must be at least 1")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode = {render_mode!r}: allowed: None, 'rgb_array'")
+        self.height, self.width, self.frame_stack, self.balls = height, width, frame_stack, balls
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0, 255, (frame_stack * 3, height, width), dtype=np.uint8)
+        self.action_space = spaces.Discrete(3)  # 0 left, 1 stay, 2 right
+        self.stack = np.zeros((frame_stack, 3, height, width), dtype=np.uint8)  # oldest first
+        self.ball_row, self.ball_col, self.paddle = 0, 0, 0  # the paddle's leftmost column
+        self.balls_left = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.paddle = (self.width - PADDLE_WIDTH) // 2
+        self.balls_left = self.balls
+        self._new_ball()
+        self.stack[:] = 0
+        self._push()
+        return self._obs(), {}
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is not in {self.action_space}")
+        self.paddle = int(np.clip(self.paddle + int(action) - 1, 0, self.width - PADDLE_WIDTH))
+        reward, terminated = 0.0, False
+        if self.ball_row == self.height - 1:  # the last step showed the ball landing
+            self._new_ball()
+        else:
+            self.ball_row += 1
+            if self.ball_row == self.height - 1:
+                reward = 1.0 if self.paddle <= self.ball_col < self.paddle + PADDLE_WIDTH else -1.0
+                self.balls_left -= 1
+                terminated = self.balls_left == 0
+        self._push()
+        return self._obs(), reward, terminated, False, {}
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        frame = self.stack[-1].transpose(1, 2, 0)  # [H, W, RGB]
+        return np.repeat(np.repeat(frame, RENDER_SCALE, axis=0), RENDER_SCALE, axis=1)
+
+    def _new_ball(self) -> None:
+        self.ball_row, self.ball_col = 0, int(self.np_random.integers(0, self.width))
+
+    def _push(self) -> None:
+        self.stack[:-1] = self.stack[1:]
+        frame = self.stack[-1]
+        frame[:] = 0
+        frame[:, -1, self.paddle:self.paddle + PADDLE_WIDTH] = PADDLE[:, None]
+        frame[:, self.ball_row, self.ball_col] = BALL  # drawn over the paddle when caught
+
+    def _obs(self) -> np.ndarray:
+        return self.stack.reshape(self.observation_space.shape).copy()
+
+
+TOYS: dict[str, str] = {"rlfoundry/Catch-v0": "rlfoundry.envs.toys:CatchEnv"}
+
+
+def register_toys() -> None:
+    """Register the `rlfoundry/*` toy ids (once; later calls do nothing)."""
+    for env_id, entry_point in TOYS.items():
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point)
