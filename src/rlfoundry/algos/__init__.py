@@ -6,7 +6,9 @@ from rlfoundry.algos.dqn import DQN
 from rlfoundry.algos.ppo import PPO
 from rlfoundry.algos.reinforce import REINFORCE
 from rlfoundry.algos.sac import SAC
+from rlfoundry.algos.simple import Simple
 
-ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C, "reinforce": REINFORCE, "dqn": DQN, "sac": SAC}
+ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C, "reinforce": REINFORCE, "dqn": DQN, "sac": SAC,
+                                     "simple": Simple}
 
 __all__ = ["ALGORITHMS", "Agent", "Iteration"]

@@ -53,7 +53,7 @@ class A2CConfig(StrictModel):
         """Nothing depends on the env count here (PPO checks its minibatch size)."""
 
     @staticmethod
-    def defaults_for(observation_space, action_space) -> dict[str, Any]:
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
         """An env without a preset: SB3's A2C defaults, 8 envs (CleanRL's image settings for pixels)."""
         if len(observation_space.shape) == 3:
             return {"env": {"num_envs": 16}, "algo": {"ent_coef": 0.01}, "train": {"total_timesteps": 10_000_000}}

@@ -66,7 +66,7 @@ class DQNConfig(StrictModel):
             raise ValueError(f"algo.buffer_size = {self.buffer_size}: too small for {num_envs} envs and n_step {self.n_step}")
 
     @staticmethod
-    def defaults_for(observation_space, action_space) -> dict[str, Any]:
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
         from gymnasium import spaces
 
         if not isinstance(action_space, spaces.Discrete):

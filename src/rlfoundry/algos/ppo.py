@@ -103,7 +103,7 @@ class PPOConfig(StrictModel):
         return max(1, round(num_envs * self.num_steps / self.minibatch_samples(num_envs)))
 
     @staticmethod
-    def defaults_for(observation_space, action_space) -> dict[str, Any]:
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
         """Defaults for an env without a preset: CleanRL's settings — ppo_atari.py for image
         observations, ppo.py for other discrete-action envs, ppo_continuous_action.py (with
         normalisation) for continuous actions."""

@@ -56,7 +56,7 @@ class REINFORCEConfig(StrictModel):
         """Nothing depends on the env count here."""
 
     @staticmethod
-    def defaults_for(observation_space, action_space) -> dict[str, Any]:
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
         return {"env": {"num_envs": 8}, "train": {"total_timesteps": 500_000}}
 
 

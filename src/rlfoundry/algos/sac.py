@@ -87,7 +87,7 @@ class SACConfig(StrictModel):
             raise ValueError(f"algo.async_actors = {self.async_actors}: env.num_envs ({num_envs}) must be a multiple")
 
     @staticmethod
-    def defaults_for(observation_space, action_space) -> dict[str, Any]:
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
         return {"env": {"num_envs": 1}, "network": {"hidden_sizes": [256, 256], "activation": "relu", "ortho_init": False},
                 "train": {"total_timesteps": 1_000_000}}
 

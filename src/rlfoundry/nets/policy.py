@@ -81,6 +81,11 @@ class ActorCritic(nn.Module):
         actor, _, state = self._features(obs, state, starts, 1)
         return self.pi.sample(self.pi(actor), deterministic), state
 
+    def action_logprobs(self, obs: torch.Tensor) -> torch.Tensor:
+        """A feed-forward policy's normalised log-probabilities [N, A] over a Discrete action space (for sampling
+        at a temperature)."""
+        return self.pi(self._features(obs, None, None, 1)[0])
+
     def value(self, obs: torch.Tensor, state: State | None = None, starts: torch.Tensor | None = None) -> torch.Tensor:
         return self.v(self._features(obs, state, starts, 1)[1])
 

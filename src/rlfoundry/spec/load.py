@@ -207,7 +207,7 @@ def generic_layers(env_id: str, algo: str) -> dict[str, Any]:
             f"{_did_you_mean(algo, ALGO_CONFIGS)}; available: {', '.join(ALGO_CONFIGS)}"
         )
     observation_space, action_space = probe_spaces(env_id)
-    layers: dict[str, Any] = ALGO_CONFIGS[algo].defaults_for(observation_space, action_space)
+    layers: dict[str, Any] = ALGO_CONFIGS[algo].defaults_for(observation_space, action_space, env_id)
     layers = deep_merge(layers, {"network": default_network(env_id, observation_space)})
     layers = deep_merge(layers, {"variant": algo, "env": {"id": env_id}, "algo": {"name": algo}})
     threshold = gym.spec(env_id).reward_threshold

@@ -19,6 +19,7 @@ from rlfoundry.algos.dqn import DQNConfig
 from rlfoundry.algos.ppo import PPOConfig
 from rlfoundry.algos.reinforce import REINFORCEConfig
 from rlfoundry.algos.sac import SACConfig
+from rlfoundry.algos.simple import SimpleConfig
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.sections import (
     CheckpointConfig, EnvConfig, EvalConfig, LoggingConfig, NetworkConfig, Provenance, SolvedConfig, TrainConfig,
@@ -27,6 +28,7 @@ from rlfoundry.config.sections import (
 # One entry per algorithm; the `name` key of the `algo` section picks the class.
 ALGO_CONFIGS: dict[str, type[StrictModel]] = {
     "ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig, "sac": SACConfig,
+    "simple": SimpleConfig,
 }
 
 
