@@ -69,7 +69,8 @@ def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
     cut = cli("train", *args, "--run-dir", str(tmp_path / "cut"), cwd=tmp_path)
     metrics = tmp_path / "cut" / "metrics.csv"
     deadline = time.time() + 120
-    while last_step(metrics) < kill_at:
+    saved = tmp_path / "cut" / "checkpoints" / "last.json"
+    while last_step(metrics) < kill_at or not saved.exists():  # killed after a row and with a checkpoint to resume
         assert cut.poll() is None and time.time() < deadline, output_of(cut)
         time.sleep(0.05)
     cut.send_signal(getattr(signal, stop))
@@ -102,3 +103,21 @@ CASES["breakout"] = ("ALE/Breakout-v5:ppo", 640, ["env.atari.backend=single", "e
 def test_resumed_atari_run_equals_uninterrupted(tmp_path):
     test_resumed_run_equals_uninterrupted(tmp_path, "breakout", "SIGKILL")
     assert "not captured" not in (tmp_path / "cut" / "run.log").read_text()
+
+
+# SimPLe (the simple agent) at its tiny size: 600 random steps and two epochs of 300 real steps on Breakout, killed
+# in the second epoch. A checkpoint holds the world model, both Adafactor states, the policy, the frame replay, the
+# simulator's random streams and the epoch counters; every epoch restarts the real env from a seed the agent draws.
+CASES["simple"] = ("ALE/Breakout-v5:simple-tiny", 1_200, ["eval.every_steps=600", "train.torch_threads=1"], 900)
+
+
+def test_resumed_simple_run_equals_uninterrupted(tmp_path):
+    test_resumed_run_equals_uninterrupted(tmp_path, "simple", "SIGKILL")
+    whole = tmp_path / "whole"
+    for name in ("config.yaml", "metrics.csv", "summary.json", "run.log", "report.md", "curves.png"):
+        assert (whole / name).is_file(), name
+    assert json.loads((whole / "summary.json").read_text())["eval_return_mean"] is not None
+    header = (whole / "metrics.csv").read_text().splitlines()[0].split(",")
+    for column in ("loss/frame", "loss/value", "loss/bits", "loss/reward_head", "diag/pixel_accuracy",
+                   "diag/sim_return_mean", "loss/policy", "time/world_model", "time/policy"):
+        assert column in header, column
