@@ -436,3 +436,19 @@ def test_bad_extends_is_a_config_error(tmp_path, monkeypatch, extends, problem):
     monkeypatch.setattr(load, "presets_dir", lambda: tmp_path)
     message = config_error("Acrobot-v1:a")
     assert problem in message and "Acrobot-v1.yaml" in message
+
+
+def test_any_ale_game_gets_simples_real_env_without_a_preset():
+    cfg = load_config("ALE/Alien-v5:simple")  # no preset: SimpleConfig.defaults_for
+    atari = cfg.env.atari
+    assert cfg.algo.name == "simple" and cfg.env.num_envs == 1 and cfg.train.total_timesteps == 102_400
+    assert atari.frame_size == (105, 80) and not atari.grayscale and not atari.max_pool and not atari.episodic_life
+    assert atari.noop_max == 8 and atari.repeat_action_probability == 0.0 and atari.max_episode_frames == 72_000
+    assert cfg.network.encoder == "nature_cnn"
+
+
+def test_small_frames_get_a_cnn_that_fits_them():
+    from rlfoundry.spec.load import generic_layers
+
+    assert generic_layers("rlfoundry/Catch-v0", "ppo")["network"]["encoder"] == "impala_cnn"  # 20x16: too small
+    assert generic_layers("ALE/Pong-v5", "ppo")["network"]["encoder"] == "nature_cnn"

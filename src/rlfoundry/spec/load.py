@@ -185,14 +185,16 @@ def check_env_id(env_id: Any) -> str:
 def default_network(env_id: str, observation_space) -> dict[str, Any]:
     """The encoder an id's observations call for: vectors → MLP (the schema default), MiniGrid's symbolic
     grids → the grid encoder, uint8 images → Nature CNN with a 512-unit layer, one trunk for policy and value
-    (Mnih et al. 2015, as CleanRL's ppo_atari.py)."""
+    (Mnih et al. 2015, as CleanRL's ppo_atari.py); images under 36 pixels a side, which the Nature CNN's strides
+    cannot take, → the IMPALA CNN (3×3 convs and pooling: any size)."""
     from rlfoundry.envs import is_image_space, is_minigrid
 
     if not is_image_space(observation_space):
         return {}
     if is_minigrid(env_id):
         return {"encoder": "minigrid", "hidden_sizes": [64]}
-    return {"encoder": "nature_cnn", "hidden_sizes": [512], "shared": True}
+    small = min(observation_space.shape[1:]) < 36
+    return {"encoder": "impala_cnn" if small else "nature_cnn", "hidden_sizes": [512], "shared": True}
 
 
 def generic_layers(env_id: str, algo: str) -> dict[str, Any]:
