@@ -134,3 +134,46 @@ def test_bad_settings_are_config_errors():
     with pytest.raises(ConfigError, match="too small"):
         Simple(cfg, spec, torch.device("cpu"))
     envs.close()
+
+
+def test_the_world_model_overfits_a_fixed_batch_of_real_transitions():
+    """Real Catch transitions from the replay, rewarded ones included: next frames and reward classes learned."""
+    import torch.nn.functional as F
+
+    from rlfoundry.world_models.next_frame import LatentMixing, NextFrameConfig, NextFramePredictor
+    from rlfoundry.world_models.training import world_model_loss
+
+    agent, envs = _agent()
+    agent._collect(envs, 600, None, [], [])
+    envs.close()
+    replay, n = agent.replay, agent.replay.num_steps
+    rng = np.random.default_rng(0)
+    usable = np.flatnonzero(~np.isnan(replay.values[:n]))
+    rewarded = usable[replay.rewards[usable] != 1]
+    assert len(rewarded) >= 4  # caught and missed balls: a -1 reward is class 0, not a wrapped 255
+    picked = np.concatenate([rng.choice(rewarded, 6, replace=False),
+                             rng.choice(usable[replay.rewards[usable] == 1], 10, replace=False)])
+    seq = replay.gather(picked, 1)
+    frames, actions = torch.from_numpy(seq.obs), torch.from_numpy(seq.actions[0])
+    targets, rewards = torch.from_numpy(seq.next_frames[0]), torch.from_numpy(seq.rewards[0].astype(np.int64))
+    values = torch.from_numpy(seq.values[0])
+
+    torch.manual_seed(0)
+    model = NextFramePredictor(NextFrameConfig.tiny(), 3, (3, 20, 16), 4).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(400):  # ≈20 s on one shared core
+        out = model(frames, actions, targets, LatentMixing.hard_posterior())
+        loss, _ = world_model_loss(out, targets, values, rewards, 1.0, "ce")
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():  # with the bits inferred from the true next frame (a new ball's column is random)
+        out = model(frames, actions, targets, LatentMixing.hard_posterior())
+    predicted = out.frame_logits.argmax(1)
+    changed = targets != frames[:, -3:]  # the ball and the paddle moved
+    assert (predicted == targets).float().mean() >= 0.99 and (predicted == targets)[changed].float().mean() >= 0.8
+    assert (out.reward_logits.argmax(1) == rewards).float().mean() >= 0.95
+    assert F.mse_loss(out.values, values) < 0.1
+    step = model.simulate(frames, actions, generator=torch.Generator().manual_seed(1))  # bits from the prior
+    assert (step.next_frame == targets).float().mean() >= 0.98
