@@ -38,3 +38,15 @@ def pytest_configure(config):
     workers = int(worker["workercount"])
     os.environ.setdefault(SHARE_VARIABLE, str(workers))
     torch.set_num_threads(max(1, usable_cores() // workers))
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (and back afterwards): timings and results of small nets that do not
+    depend on the worker's share of the cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

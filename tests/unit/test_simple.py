@@ -20,12 +20,7 @@ TINY_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps"
                     "latent_state_size": 16, "posterior_filters": [8, 16], "reward_head_channels": 8}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _config(**algo) -> ExperimentConfig:

@@ -15,12 +15,7 @@ from rlfoundry.world_models.simulated_env import SimulatedEnv
 FRAME, STACKING, NUM_ACTIONS, ENVS, LENGTH = (3, 20, 16), 4, 3, 5, 6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _replay(steps: int = 40, seed: int = 0) -> FrameReplay:
