@@ -1,5 +1,6 @@
 """SimPLe's next-frame predictor (world_models/next_frame.py): shapes, the discrete latent and its warm-up, dropout
-off in the simulator, the clipped frame loss, and that the tiny model learns a small synthetic world."""
+off in the simulator, the simulator's block-wise colour choice equal to the full logits' argmax, the clipped frame
+loss, and that the tiny model learns a small synthetic world."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import rlfoundry.world_models.next_frame as next_frame
+from rlfoundry.run.hardware import detect
 from rlfoundry.world_models.next_frame import (
     BITS_PER_CHUNK, NUM_COLOURS, BitsPrior, LatentMixing, NextFrameConfig, NextFramePredictor, bits_to_chunks,
-    chunks_to_bits, frame_loss, latent_mixing, standardise,
+    chunks_to_bits, colour_argmax, frame_loss, latent_mixing, standardise,
 )
 
 NUM_ACTIONS = 5  # noop, up, down, left, right in the synthetic world
@@ -134,6 +137,74 @@ def test_simulate_is_deterministic_and_never_drops_out():
     logits = model(frames, actions, generator=_gen(7)).frame_logits
     assert torch.equal(logits.argmax(1).to(torch.uint8), first.next_frame)
     assert not torch.equal(model.simulate(frames, actions, generator=_gen(8)).bits, first.bits)
+
+
+BF16 = pytest.param(torch.bfloat16, marks=pytest.mark.skipif(
+    not detect().cpu_bf16, reason="bf16 autocast is only chosen where the CPU has native bf16"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
+@pytest.mark.parametrize("frame, compress_steps, block", [
+    (FRAME, 2, None),  # one block per sample
+    (FRAME, 2, NUM_COLOURS * 3 * 48),  # 320 pixels in 7 blocks of 45-46
+    ((1, 52, 40), 3, None),  # the simple-tiny preset's grey frames: 2,080 pixels in 3 blocks of 693-694
+    ((3, 105, 80), 3, None),  # MB's frames: 8,400 pixels in 25 blocks of 336
+])
+def test_simulate_picks_the_full_logits_argmax(frame, compress_steps, block, dtype, monkeypatch):
+    """The simulator's block-wise colour choice (on the CPU: the logits never materialised, `_first_max` instead of
+    torch.argmax) gives exactly the argmax of the training path's full logits, ties (first index) included."""
+    if block is not None:
+        monkeypatch.setattr(next_frame, "CPU_ARGMAX_BLOCK", block)
+    torch.manual_seed(0)
+    model = NextFramePredictor(NextFrameConfig.tiny(compress_steps=compress_steps), NUM_ACTIONS, frame, STACKING)
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    batch = 3
+    frames = torch.randint(0, 256, (batch, STACKING * frame[0], *frame[1:]), dtype=torch.uint8, generator=g)
+    actions = torch.randint(0, NUM_ACTIONS, (batch,), generator=g)
+
+    def both(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            logits = model(frames, actions, generator=_gen(seed)).frame_logits
+            step = model.simulate(frames, actions, generator=_gen(seed))
+        assert logits.dtype == dtype
+        return logits.argmax(1).to(torch.uint8), step.next_frame
+
+    for seed in range(2):
+        full, blocks = both(seed)
+        assert torch.equal(blocks, full)
+        assert full.unique().numel() > 100  # a spread of colours, not one constant answer
+
+    # Ties: the output layer's weights zeroed and its biases equal in pairs, so each odd colour's logit equals the
+    # even one's before it (exactly: a matmul's rows may round differently, a bias alone does not). torch.argmax
+    # takes the first.
+    weight, bias = model.logits.weight, model.logits.bias.view(NUM_COLOURS, -1)
+    with torch.no_grad():
+        weight.zero_()
+        bias[1::2] = bias[0::2].clone()
+    full, blocks = both(0)
+    assert torch.equal(blocks, full) and not (full % 2).any()
+
+    # A logit that is not finite (a diverged model): torch.argmax's answer (NaN counts as the maximum).
+    with torch.no_grad():
+        bias[7, 0], bias[9, -1] = float("nan"), float("inf")
+    full, blocks = both(0)
+    assert torch.equal(blocks, full) and (full[:, 0] == 7).all()
+
+
+def test_colour_argmax_is_torch_argmax():
+    """`colour_argmax` (training's fed-back frame) is frame_logits.argmax(1): ties, infinities and NaN included."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randint(0, 4, (2, NUM_COLOURS, 3, 9, 7), generator=g).float()  # ties everywhere
+    logits[1, 200, 0, 0, 0], logits[1, 3, 2, 8, 6], logits[1, 9, 2, 8, 6] = float("-inf"), float("inf"), float("inf")
+    logits[0, :, 0, 0, 0] = float("-inf")  # a column of -inf alone: torch.argmax gives 0
+    with_nan = logits.clone()
+    with_nan[0, 5, 1, 2, 3] = float("nan")  # torch.argmax's NaN is the maximum: the fall-back to it answers
+    bf16 = torch.randn(2, NUM_COLOURS, 1, 5, 5, generator=g).bfloat16()
+    for x in (logits, logits[:, :, :, :, :4], with_nan, bf16):
+        result = colour_argmax(x)
+        assert result.dtype == torch.uint8 and torch.equal(result, x.argmax(1).to(torch.uint8))
+    assert colour_argmax(logits)[1, 2, 8, 6] == 3 and colour_argmax(with_nan)[0, 1, 2, 3] == 5
 
 
 def test_latent_warmup_ramps_up_from_zero():

@@ -46,10 +46,25 @@ MB against tensor2tensor (T2T) at the points of §2.5 that concern the network, 
 - Reward heads (§4.4): `modified` (MBARC's, MB's default) and `original` (SimPLe's). The modified head's width is
   `reward_head_channels` (MB hard-codes 96) and its flat size is computed from the real bottleneck size.
 
-Cost (measured, AMD EPYC, 2 cores shared with another job, torch 2.13): `simulate` at the full size, batch 16,
-eval ≈3.0–3.2 s with 1 thread (7.2 s with 2 threads while the other core was busy) -> ≈5 simulated steps/s, as §7
-estimates.
-The 256·C-way output layer and its argmax are a large share of it (§7 "Floor at small widths").
+Cost (measured with `benchmarks/simple_speed.py`: AMD EPYC, Zen 4, lscpu flags avx2, avx512f, avx512_bf16, no amx;
+1 torch thread, 2 cores shared with other jobs, torch 2.13, fp32). The bound is a simulated step's matmul and conv
+FLOPs (FlopCounterMode) at the GFLOP/s of a 2048² fp32 matmul (94). Simulated steps/s of 16 envs: published size
+11.09 GFLOP per step (5.54 GMAC, §7's MBARC figure), 6.4–6.9 steps/s, 0.75–0.81 of the bound; hidden 24 0.93 GFLOP,
+48 steps/s, 0.48; `tiny` with 3 compress steps at 3×105×80 0.43 GFLOP, 80 steps/s, 0.36, at grey 1×52×40 0.071
+GFLOP, 497 steps/s, 0.38. The 256·C-way output layer (§7 "Floor at small widths"): `simulate` never builds the
+logits on the CPU but runs the output matmul and the argmax on blocks of 2^18 logits (`CPU_ARGMAX_BLOCK`), with a
+vectorised argmax (`_first_max`, torch.argmax is a scalar loop there): for 16 samples at 3×105×80, 104 ms at hidden
+16 (501 ms with the full logits and torch.argmax), 280 ms at hidden 96 (624). Simulated steps/s before -> after, in
+one run: tiny 27 -> 70, hidden 24 22 -> 43, published 5.0 -> 5.7, tiny grey 231 -> 378. Left at small widths: the
+argmax's four passes over 256·C logits per pixel (≈0.3 ns per logit, about the matmul's time at hidden 16), the
+convolutions at few channels, InstanceNorm and the input standardisation's var_mean. Training keeps the full logits
+for its loss: F.cross_entropy on [B, 256, C, H, W] and on a [B·H·W·C, 256] layout, or log_softmax + gather there,
+cost the same (312 ms against 299 and 306, batch 4, hidden 16; 451, 442, 445 at hidden 96, output layer and loss
+forward and backward), bf16 logits no less and change the loss's gradients by ≈5e-3 relative: not taken. A loss
+computed block by block (recomputing the logits in backward, never materialising them) measured 138 and 319 ms with
+the same loss: a candidate, with an API change. Two exact savings taken: the argmax frame fed back in training
+(`colour_argmax`, 59 -> 32 ms at batch 4) and the reward head's training pass without frame logits (`frame_logits=
+False`: 32 samples of tiny 1.26 -> 2.82 batches/s).
 
 Size (computed with this code: `NextFramePredictor(NextFrameConfig(), num_actions=18)`; a test pins it):
 69,522,796 parameters with the modified reward head, of which 5,398,856 are the posterior net (training only), so
@@ -76,6 +91,10 @@ from rlfoundry.world_models.reward_strategies import NUM_REWARD_CLASSES
 NUM_COLOURS = 256  # a 256-way softmax per pixel and channel (§2.1 "Frame output", paper Fig. 2)
 BITS_PER_CHUNK = 8  # the LSTM prior emits bits 8 at a time as one 256-way choice (§2.2)
 TARGET_LOSS_CLIPPING = 0.03  # MB `--target-loss-clipping`, T2T `video_modality_loss_cutoff` (§2.3)
+# Logits per block when the CPU picks the colours (`colour_argmax`, `simulate`): 256·C colours × a run of pixels of
+# one sample, a 1 MB L2 cache of fp32. Measured (module docstring "Cost"): 2^18 best or within noise of the best
+# from hidden 16 to 96, RGB and grey; 2^16 and below slower (narrow matmuls, per-block overhead), 2^19-2^20 no better.
+CPU_ARGMAX_BLOCK = 2**18
 RewardHead = Literal["modified", "original"]
 
 
@@ -140,7 +159,7 @@ def latent_mixing(step: int, cfg: NextFrameConfig, warmup_steps: int = 40_000) -
 
 
 class FramePrediction(NamedTuple):
-    frame_logits: torch.Tensor  # [B, 256, C, H, W]
+    frame_logits: torch.Tensor | None  # [B, 256, C, H, W]; None when asked for without them (frame_logits=False)
     reward_logits: torch.Tensor  # [B, 3], classes of the clipped reward -1, 0, +1
     values: torch.Tensor  # [B]
     bit_loss: torch.Tensor  # scalar: the LSTM prior's teacher-forced cross-entropy (0 without a target)
@@ -161,6 +180,48 @@ def frame_loss(frame_logits: torch.Tensor, target_frame: torch.Tensor,
     CE <= clip give no gradient. frame_logits [B, 256, C, H, W], target_frame [B, C, H, W] uint8 -> scalar."""
     ce = F.cross_entropy(frame_logits, target_frame.long(), reduction="none")
     return ce.clamp(min=clip).mean() - clip
+
+
+def _first_max(logits: torch.Tensor, colours: torch.Tensor, scratch: torch.Tensor, out: torch.Tensor) -> None:
+    """torch.argmax(logits, 0) - 256 into `out` (float) for a block [256, ...]: the first of equal maxima, as torch's
+    (+inf included), and 0 where a column has no maximum (a NaN, which torch.argmax counts as one: the caller then
+    asks torch.argmax). On the CPU torch.argmax is a scalar loop (≈1 ns per logit); these four vectorised passes
+    over a cached block take ≈0.3 ns. `logits >= top` holds exactly at the maxima; it is written as floats to
+    `scratch` (a bool tensor is 4× slower to write here) and becomes colour - 256 there, the colour elsewhere, so
+    the minimum is the first maximum's colour - 256. `colours` is [256, 1, ...] float32."""
+    top = logits.amax(0, keepdim=True)
+    hit = torch.ge(logits, top, out=scratch[:logits.numel()].view(logits.shape))
+    torch.amin(torch.add(colours, hit, alpha=-NUM_COLOURS, out=hit), 0, out=out)
+
+
+def _argmax_blocks(block, batch: int, channels: int, pixels: int, device: torch.device) -> torch.Tensor | None:
+    """The colour index [batch, channels, pixels] uint8 from `block(i, pixels slice)` -> logits [256, channels, n] of
+    sample i, about CPU_ARGMAX_BLOCK logits at a time; None when a logit is NaN. A sample's pixels are cut into runs
+    of near-equal length (at least half the step, never a short tail): MKL computes a product narrower than 12
+    columns by another path whose rounding differs from the batched one's (measured), the rest agree."""
+    step = max(1, CPU_ARGMAX_BLOCK // (NUM_COLOURS * channels))
+    blocks = -(-pixels // step)
+    edges = [pixels * k // blocks for k in range(blocks + 1)]
+    colours = torch.arange(NUM_COLOURS, dtype=torch.float32, device=device)[:, None, None]
+    scratch = torch.empty(NUM_COLOURS * channels * -(-pixels // blocks), device=device)
+    index = torch.empty(batch, channels, pixels, device=device)
+    for i in range(batch):
+        for start, end in zip(edges, edges[1:]):
+            _first_max(block(i, slice(start, end)), colours, scratch, index[i, :, start:end])
+    if (index >= 0).any():  # CPU only: no device sync
+        return None
+    return index.add_(NUM_COLOURS).to(torch.uint8)
+
+
+def colour_argmax(frame_logits: torch.Tensor) -> torch.Tensor:
+    """frame_logits [B, 256, C, H, W] -> frame_logits.argmax(1) as uint8 [B, C, H, W], bit for bit (the first of equal
+    maxima). On the CPU block by block in cache (`_first_max`); elsewhere torch.argmax itself."""
+    if frame_logits.device.type != "cpu":
+        return frame_logits.argmax(1).to(torch.uint8)
+    b, _, c, h, w = frame_logits.shape
+    flat = frame_logits.flatten(3)
+    index = _argmax_blocks(lambda i, where: flat[i, :, :, where], b, c, h * w, frame_logits.device)
+    return frame_logits.argmax(1).to(torch.uint8) if index is None else index.view(b, c, h, w)
 
 
 def standardise(frames: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -382,17 +443,19 @@ class NextFramePredictor(nn.Module):
 
     def forward(self, frames: torch.Tensor, actions: torch.Tensor, target_frame: torch.Tensor | None = None,
                 mixing: LatentMixing | None = None, *, temperature: float = 1.0,
-                generator: torch.Generator | None = None) -> FramePrediction:
+                generator: torch.Generator | None = None, frame_logits: bool = True) -> FramePrediction:
         """Training (and validation) pass. frames [B, S·C, H, W] uint8, actions [B] long, target_frame
         [B, C, H, W] uint8 or None. With a target, the posterior's bits are used, mixed as `mixing` says (required
         then: the caller schedules the warm-up, `latent_mixing`); without one, bits come from the LSTM prior.
         Dropout and the posterior's noise follow `self.training`. `generator` (on the model's device) drives the
-        noise, the masks and the prior's samples; dropout uses torch's global generator."""
+        noise, the masks and the prior's samples; dropout uses torch's global generator. `frame_logits=False` skips
+        the output layer (FramePrediction.frame_logits is None; 6.45 M floats per sample at 3×105×80) for callers
+        that read only the reward head's inputs, the values or the bits."""
         if target_frame is not None and mixing is None:
             raise ValueError("forward with a target_frame needs `mixing` (LatentMixing: p_hard_bits, p_prior_bits, "
                              "p_latent), e.g. latent_mixing(step, cfg) or LatentMixing.hard_posterior()")
         return self._predict(frames, actions, target_frame, mixing, train=self.training, temperature=temperature,
-                             generator=generator, bits=None)
+                             generator=generator, bits=None, frame_logits=frame_logits)
 
     @torch.no_grad()
     def simulate(self, frames: torch.Tensor, actions: torch.Tensor, *, temperature: float = 1.0,
@@ -402,9 +465,8 @@ class NextFramePredictor(nn.Module):
         No host round trip: every result stays a tensor on the model's device. Under `no_grad`, not
         `inference_mode`, so the frames can be stored and fed to a policy that is being trained."""
         out = self._predict(frames, actions, None, None, train=False, temperature=temperature, generator=generator,
-                            bits=bits)
-        return SimulatedStep(out.frame_logits.argmax(1).to(torch.uint8), out.reward_logits.argmax(1), out.values,
-                             out.bits)
+                            bits=bits, frame_logits=False)
+        return SimulatedStep(self._next_frame(out.reward_inputs[1]), out.reward_logits.argmax(1), out.values, out.bits)
 
     @property
     def input_channels(self) -> int:
@@ -458,8 +520,31 @@ class NextFramePredictor(nn.Module):
             bits = torch.where(chance(mixing.p_prior_bits, bits.shape), sampled, bits)
         return bits, bit_loss, chance(mixing.p_latent, bits.shape[:1])
 
+    def _frame_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The output layer: the decoder's output x [B, hidden, H, W] -> frame logits [B, 256, C, H, W]."""
+        weight = self.logits.weight.expand(x.shape[0], -1, -1)  # [B, 256·C, hidden]
+        frame_logits = torch.baddbmm(self.logits.bias[:, None], weight, x.flatten(2))
+        return frame_logits.view(x.shape[0], NUM_COLOURS, *self.frame_shape)
+
+    def _next_frame(self, x: torch.Tensor) -> torch.Tensor:
+        """`self._frame_logits(x).argmax(1)` as uint8 [B, C, H, W], bit for bit. On the CPU without materialising the
+        logits (§7 "Floor at small widths": 6.45 M floats per sample at 3×105×80): blocks of pixels of one sample go
+        through the same matmul (a slice of the batched one's columns) and `_first_max` while in cache. Elsewhere
+        (CUDA) the full logits and torch.argmax: no host sync, and the same kernels as the training path."""
+        if x.device.type != "cpu":
+            return self._frame_logits(x).argmax(1).to(torch.uint8)
+        flat, weight, bias = x.flatten(2), self.logits.weight, self.logits.bias[:, None]
+        channels = self.frame_shape[0]
+        index = _argmax_blocks(lambda i, where: torch.addmm(bias, weight, flat[i, :, where]).view(
+            NUM_COLOURS, channels, -1), x.shape[0], channels, flat.shape[2], x.device)
+        if index is None:  # a logit that is not finite (a diverged model): torch.argmax's answer
+            return self._frame_logits(x).argmax(1).to(torch.uint8)
+        return index.view(x.shape[0], *self.frame_shape)
+
     def _predict(self, frames, actions, target_frame, mixing, *, train: bool, temperature: float, generator,
-                 bits) -> FramePrediction:
+                 bits, frame_logits: bool = True) -> FramePrediction:
+        """The network (module docstring). `frame_logits=False` leaves out the output layer (`simulate` runs its own):
+        FramePrediction.frame_logits is None then."""
         cfg = self.cfg
         self._check(frames, actions, target_frame)
         dtype = self.embed.weight.dtype
@@ -494,7 +579,5 @@ class NextFramePredictor(nn.Module):
             x = x + self._timing(level)
 
         reward_logits = self.reward_head(mid, x, train)
-        weight = self.logits.weight.expand(x.shape[0], -1, -1)  # [B, 256·C, hidden]
-        frame_logits = torch.baddbmm(self.logits.bias[:, None], weight, x.flatten(2))
-        frame_logits = frame_logits.view(x.shape[0], NUM_COLOURS, *self.frame_shape)
-        return FramePrediction(frame_logits, reward_logits, values, bit_loss, bits, (mid, x))
+        logits = self._frame_logits(x) if frame_logits else None
+        return FramePrediction(logits, reward_logits, values, bit_loss, bits, (mid, x))

@@ -31,7 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from rlfoundry.buffers.frames import FrameReplay, FrameSequences
-from rlfoundry.world_models.next_frame import LatentMixing, NextFramePredictor, frame_loss, latent_mixing
+from rlfoundry.world_models.next_frame import (
+    LatentMixing, NextFramePredictor, colour_argmax, frame_loss, latent_mixing,
+)
 from rlfoundry.world_models.reward_strategies import class_balanced_focal_loss
 
 MAX_GRAD_NORM = 1.0  # MB: grad-norm clip 1.0 on the world model and on the reward head (§2.3, §4.1)
@@ -112,7 +114,7 @@ def train_world_model(model: NextFramePredictor, optimizer: torch.optim.Optimize
             torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
             optimizer.step()
             with torch.no_grad():
-                predicted = out.frame_logits.argmax(1).to(torch.uint8)
+                predicted = colour_argmax(out.frame_logits)  # = argmax(1), bit for bit; ≈2× faster on the CPU
                 stats["diag/pixel_accuracy"] = (predicted == target).float().mean()
                 stats["diag/reward_accuracy"] = (out.reward_logits.argmax(1) == seq["rewards"][t]).float().mean()
                 for key, value in stats.items():
@@ -140,7 +142,8 @@ def train_reward_head(model: NextFramePredictor, optimizer: torch.optim.Optimize
         classes = seq["rewards"][0]
         with autocast():
             with torch.no_grad():
-                out = model(seq["obs"], seq["actions"][0], seq["next_frames"][0], LatentMixing.hard_posterior())
+                out = model(seq["obs"], seq["actions"][0], seq["next_frames"][0], LatentMixing.hard_posterior(),
+                            frame_logits=False)  # the head reads (mid, fin): the frame logits would go unused
             logits = model.reward_head(*out.reward_inputs, train=True).float()
             loss = F.cross_entropy(logits, classes)
         optimizer.zero_grad(set_to_none=True)
