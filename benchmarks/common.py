@@ -83,10 +83,15 @@ def throughput(names: list[str], runners: dict, args, title: str) -> str:
     for name in names:
         ratio = f"{sps[name] / sps['sb3']:.2f}x" if "sb3" in sps else "-"
         lines.append(f"| {name} | {sps[name]:,.0f} | {ratio} |")
+    return publish(lines, args.out)
+
+
+def publish(lines: list[str], out=None) -> str:
+    """The report made of `lines`: printed, and written to `out` (a Path) when given."""
     report = "\n".join(lines)
     print("\n" + report)
-    if args.out:
-        args.out.write_text(report + "\n")
+    if out:
+        out.write_text(report + "\n")
     return report
 
 

@@ -15,6 +15,7 @@ import argparse
 import statistics
 from pathlib import Path
 
+from common import publish
 from rlfoundry.bench.train import bench_train
 from rlfoundry.bench.arch import CORE_NAMES, parse_cores
 from rlfoundry.run.hardware import machine
@@ -42,10 +43,7 @@ def main() -> None:
              "| core | steps/s | vs feed-forward |", "| --- | ---: | ---: |"]
     for core, values in sps.items():
         lines.append(f"| {core} | {statistics.median(values):,.0f} | {statistics.median(values) / base:.2f}× |")
-    report = "\n".join(lines)
-    print("\n" + report)
-    if args.out:
-        args.out.write_text(report + "\n")
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

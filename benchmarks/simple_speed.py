@@ -38,6 +38,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from common import publish
 from rlfoundry.algos.simple import MB_PPO, SimpleConfig
 from rlfoundry.buffers.rollout import RolloutCollector
 from rlfoundry.run.hardware import machine, usable_cores
@@ -343,10 +344,7 @@ def main() -> None:
                  PPO_UPDATES * SIM_ENVS * ROLLOUT / row["sim"], PPO_UPDATES * ppo[SIZES[name].frame],
                  REAL_STEPS / real[1]]
         lines.append(f"| {name} | " + " | ".join(hours(p) for p in parts) + f" | {sum(parts) / 86400:,.1f} |")
-    report = "\n".join(lines)
-    print("\n" + report)
-    if args.out:
-        args.out.write_text(report + "\n")
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":
