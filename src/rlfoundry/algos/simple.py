@@ -56,7 +56,7 @@ from rlfoundry.world_models.reward_strategies import (
     REWARD_BATCH_SIZE, REWARD_STEPS_PER_EPOCH, Strategy, reward_training_indices,
 )
 from rlfoundry.world_models.simulated_env import SimulatedEnv
-from rlfoundry.world_models.training import train_reward_head, train_world_model
+from rlfoundry.world_models.training import Adafactor, train_reward_head, train_world_model
 
 # PPO inside the model, MB `ppo_wrapper.PPO` and `train_agent_sim_env` (§3): rollouts of 50 steps of 16 envs, Adam
 # lr 1e-4 (eps 1e-5), clip 0.1, clipped value loss with weight 0.5, entropy 0.01, γ 0.99, λ 0.95, 4 epochs of 5
@@ -153,8 +153,8 @@ class Simple(Agent):
         online = algo.reward_strategy == "online"
         head = {id(p) for p in self.model.reward_head.parameters()}
         body = [p for p in self.model.parameters() if online or id(p) not in head]
-        self.wm_optimizer = torch.optim.Adafactor(body)  # MB's relative-step Adafactor = torch's defaults (§2.3)
-        self.reward_optimizer = None if online else torch.optim.Adafactor(self.model.reward_head.parameters())
+        self.wm_optimizer = Adafactor(body)  # MB's relative-step Adafactor = torch's defaults (§2.3)
+        self.reward_optimizer = None if online else Adafactor(self.model.reward_head.parameters())
         self.epochs = algo.epochs(cfg.train.total_timesteps)
         capacity = algo.random_steps + self.epochs * algo.real_steps_per_epoch
         self.replay = FrameReplay(capacity, self.frame_shape, self.num_actions, algo.frame_stack, algo.ppo.gamma,

@@ -20,6 +20,17 @@ sample, and the median is the per-element median over the batch.
 Reward head (strategies other than `online`): after the world-model phase, batches of transitions drawn by the
 strategy's sampler (`reward_strategies`), the body in eval mode and without gradients (MB back-propagated through the
 frozen body for nothing, fact sheet §6 item 8), only the head updated, by its own Adafactor, plain cross-entropy.
+
+Optimizer: `Adafactor` is torch.optim.Adafactor (its defaults are MB's relative-step Adafactor) with the same update
+written in vectorised operations. torch's CPU step takes the row and column means of g² as `torch.norm(g, dim=-1/-2)`,
+a reduction torch does not vectorise on the CPU (10-20× slower than g.square().sum over a non-last dimension, torch
+issue #40570), builds the factored estimate with a batched matmul of 1-wide matrices, and reads two norms per tensor
+back to the host. Measured in one run on one thread of an AMD EPYC Zen 4 (torch 2.13, the other core busy): the
+published world model's step 2,271 -> 686 ms (torch's took about half of a training step), `rlfoundry/Catch-v0`'s
+small model 21.8 -> 10.0 ms; what is left is mostly the reductions and the outer product over conv kernels' 3-8-wide
+last two dimensions, which torch's CPU kernels do not vectorise either. Same state
+(`step`, `row_var`, `col_var`, `variance`; a state dict loads in either), same update to float rounding (tested
+against torch's), no host reads on CUDA.
 """
 
 from __future__ import annotations
@@ -35,6 +46,45 @@ from rlfoundry.world_models.next_frame import (
     LatentMixing, NextFramePredictor, colour_argmax, frame_loss, latent_mixing,
 )
 from rlfoundry.world_models.reward_strategies import class_balanced_focal_loss
+
+class Adafactor(torch.optim.Adafactor):
+    """torch.optim.Adafactor's update in vectorised operations (module docstring); every argument is torch's."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads, row_vars, col_vars, variances, steps = [], [], [], [], [], []
+            if self._init_group(group, params, grads, row_vars, col_vars, variances, steps):
+                raise RuntimeError("Adafactor does not support complex parameters")
+            eps1, eps2 = group["eps"]
+            for param, grad, row_var, col_var, variance, step_t in zip(params, grads, row_vars, col_vars, variances,
+                                                                       steps):
+                grad = -grad if group["maximize"] else grad
+                step_t += 1
+                step = float(step_t)  # torch keeps `step` on the host: no device read
+                decay = step ** group["beta2_decay"]
+                rho = min(float(group["lr"]), step ** -0.5)
+                tiny = torch.finfo(param.dtype).eps if eps1 is None else eps1
+                scale = torch.linalg.vector_norm(param) / param.numel() ** 0.5  # RMS(param) before the decay
+                if group["weight_decay"] != 0:
+                    param.mul_(1 - float(group["lr"]) * group["weight_decay"])
+                squared = grad.square()
+                if grad.dim() > 1:
+                    row_var.lerp_(squared.mean(-1, keepdim=True), decay)
+                    col_var.lerp_(squared.mean(-2, keepdim=True), decay)
+                    estimate = (row_var * col_var).div_(row_var.mean(-2, keepdim=True).clamp(min=tiny))
+                else:
+                    variance.lerp_(squared, decay)
+                    estimate = variance.clone()
+                update = estimate.clamp_(min=tiny * tiny).rsqrt_().mul_(grad)
+                denom = (torch.linalg.vector_norm(update) / (update.numel() ** 0.5 * group["d"])).clamp_(min=1.0)
+                param.sub_(update.mul_(scale.clamp_(min=eps2).mul_(rho).div_(denom)))
+        return loss
+
 
 MAX_GRAD_NORM = 1.0  # MB: grad-norm clip 1.0 on the world model and on the reward head (§2.3, §4.1)
 
