@@ -14,7 +14,7 @@ from rlfoundry.algos.simple import Simple, SimpleConfig, ppo_multiplier
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import make
 from rlfoundry.spec.schema import ExperimentConfig
-from rlfoundry.world_models.training import input_noise, scheduled_sampling_probability
+from rlfoundry.world_models.training import Adafactor, input_noise, scheduled_sampling_probability
 
 TINY_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps": 1, "bottleneck_bits": 8,
                     "latent_state_size": 16, "posterior_filters": [8, 16], "reward_head_channels": 8}
@@ -54,6 +54,32 @@ def test_scheduled_sampling_by_hand():
     assert scheduled_sampling_probability(25, 100) == pytest.approx(1 - 1.0 * (0.01 + 0.99 * 0.25))
     assert scheduled_sampling_probability(100, 100) == pytest.approx(0.0)
     assert scheduled_sampling_probability(500, 100) == pytest.approx(0.0)
+
+
+def test_adafactor_makes_torchs_updates_and_shares_its_state():
+    """The vectorised Adafactor against torch.optim.Adafactor (the oracle) on conv (4-d), linear (2-d) and bias (1-d)
+    parameters, zero-gradient rows included (the clamps), with weight decay; then each loads the other's state."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(6 * 36, 5))
+    with torch.no_grad():
+        net[3].weight[:, :36] = 0.0  # channel 0's features are dead after a ReLU of a zeroed conv
+        net[0].weight[0], net[0].bias[0] = 0.0, -1.0
+    nets = [net, __import__("copy").deepcopy(net)]
+    optimizers = [torch.optim.Adafactor(nets[0].parameters(), weight_decay=0.01),
+                  Adafactor(nets[1].parameters(), weight_decay=0.01)]
+    x = torch.randn(8, 3, 8, 8)
+    for _ in range(25):
+        for model, optimizer in zip(nets, optimizers):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+    for theirs, ours in zip(*(model.parameters() for model in nets)):
+        assert torch.allclose(theirs, ours, rtol=1e-5, atol=1e-7)
+    assert not torch.equal(nets[1][3].weight, net[3].weight.new_zeros(()).expand_as(net[3].weight))
+    state = optimizers[0].state_dict()
+    optimizers[1].load_state_dict(state)
+    assert optimizers[1].state_dict()["state"].keys() == state["state"].keys()
+    torch.optim.Adafactor(nets[0].parameters()).load_state_dict(Adafactor(nets[1].parameters()).state_dict())
 
 
 def test_input_noise_replaces_with_the_batch_median():
