@@ -12,7 +12,8 @@ SimPLe's frames has a small game to learn: one random draw per ball, and a rewar
 over the paddle, or not, in the bottom row).
 
 Observations are the last `frame_stack` RGB frames, uint8 [frame_stack * 3, height, width], oldest first,
-frame-major then R, G, B (`rlfoundry.envs.atari`'s colour layout), with zeros (blank frames) before the reset frame.
+frame-major then R, G, B (`rlfoundry.envs.atari`'s colour layout), with zeros (blank frames) before the reset frame;
+with `grayscale=True` one luminance channel per frame (ball 255, paddle 128), [frame_stack, height, width].
 All randomness (the balls' columns) comes from the env's `np_random`, seeded by `reset(seed=...)`.
 """
 
@@ -24,6 +25,7 @@ from gymnasium import spaces
 
 BALL = np.array([255, 80, 80], dtype=np.uint8)  # red
 PADDLE = np.array([80, 160, 255], dtype=np.uint8)  # blue
+BALL_GREY, PADDLE_GREY = np.array([255], dtype=np.uint8), np.array([128], dtype=np.uint8)
 PADDLE_WIDTH = 3
 RENDER_SCALE = 8  # render() upscales each pixel to 8x8, so videos are not a few pixels wide
 
@@ -34,7 +36,7 @@ class CatchEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(self, height: int = 20, width: int = 16, frame_stack: int = 4, balls: int = 10,
-                 render_mode: str | None = None):
+                 grayscale: bool = False, render_mode: str | None = None):
         if height < 2 or width < PADDLE_WIDTH:
             raise ValueError(f"height = {height}, width = {width}: need height >= 2 and width >= {PADDLE_WIDTH}")
         if frame_stack < 1 or balls < 1:
@@ -43,9 +45,11 @@ class CatchEnv(gym.Env):
             raise ValueError(f"render_mode = {render_mode!r}: allowed: None, 'rgb_array'")
         self.height, self.width, self.frame_stack, self.balls = height, width, frame_stack, balls
         self.render_mode = render_mode
-        self.observation_space = spaces.Box(0, 255, (frame_stack * 3, height, width), dtype=np.uint8)
+        channels = 1 if grayscale else 3
+        self.ball, self.paddle_colour = (BALL_GREY, PADDLE_GREY) if grayscale else (BALL, PADDLE)
+        self.observation_space = spaces.Box(0, 255, (frame_stack * channels, height, width), dtype=np.uint8)
         self.action_space = spaces.Discrete(3)  # 0 left, 1 stay, 2 right
-        self.stack = np.zeros((frame_stack, 3, height, width), dtype=np.uint8)  # oldest first
+        self.stack = np.zeros((frame_stack, channels, height, width), dtype=np.uint8)  # oldest first
         self.ball_row, self.ball_col, self.paddle = 0, 0, 0  # the paddle's leftmost column
         self.balls_left = 0
 
@@ -77,7 +81,7 @@ class CatchEnv(gym.Env):
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
             return None
-        frame = self.stack[-1].transpose(1, 2, 0)  # [H, W, RGB]
+        frame = np.broadcast_to(self.stack[-1], (3, self.height, self.width)).transpose(1, 2, 0)  # [H, W, RGB]
         return np.repeat(np.repeat(frame, RENDER_SCALE, axis=0), RENDER_SCALE, axis=1)
 
     def _new_ball(self) -> None:
@@ -87,8 +91,8 @@ class CatchEnv(gym.Env):
         self.stack[:-1] = self.stack[1:]
         frame = self.stack[-1]
         frame[:] = 0
-        frame[:, -1, self.paddle:self.paddle + PADDLE_WIDTH] = PADDLE[:, None]
-        frame[:, self.ball_row, self.ball_col] = BALL  # drawn over the paddle when caught
+        frame[:, -1, self.paddle:self.paddle + PADDLE_WIDTH] = self.paddle_colour[:, None]
+        frame[:, self.ball_row, self.ball_col] = self.ball  # drawn over the paddle when caught
 
     def _obs(self) -> np.ndarray:
         return self.stack.reshape(self.observation_space.shape).copy()
