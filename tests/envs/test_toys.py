@@ -203,3 +203,28 @@ def test_cli_trains_ppo_on_catch_without_a_preset(tmp_path, quiet):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["env_id"] == CATCH and summary["total_steps"] >= 512
+
+
+def test_grayscale_catch_is_the_colour_game_in_luminance():
+    """`grayscale=True`: one channel a frame, ball 255 and paddle 128 where the colour game draws them, the same
+    balls from the same seed, and check_env's expectations."""
+    colour, grey = catch(frame_stack=2), catch(frame_stack=2, grayscale=True)
+    assert grey.observation_space.shape == (2, 20, 16)
+    check_env(gym.make(CATCH, grayscale=True, disable_env_checker=True).unwrapped)
+    rng = np.random.default_rng(0)
+    obs_c, _ = colour.reset(seed=5)
+    obs_g, _ = grey.reset(seed=5)
+    for _ in range(60):
+        frame_c, frame_g = latest(obs_c), obs_g[-1]
+        assert np.array_equal(frame_g == 255, (frame_c == BALL).all(-1))
+        assert np.array_equal(frame_g == 128, (frame_c == PADDLE).all(-1))
+        assert set(np.unique(frame_g)) <= {0, 128, 255}
+        action = int(rng.integers(0, 3))
+        obs_c, reward_c, *_ = colour.step(action)
+        obs_g, reward_g, *_ = grey.step(action)
+        assert reward_c == reward_g
+    rendered = catch(grayscale=True, render_mode="rgb_array")
+    obs, _ = rendered.reset(seed=5)
+    image = rendered.render()
+    assert image.shape == (20 * RENDER_SCALE, 16 * RENDER_SCALE, 3)
+    assert np.array_equal(image[::RENDER_SCALE, ::RENDER_SCALE], np.repeat(obs[-1][..., None], 3, axis=-1))
