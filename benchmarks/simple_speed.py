@@ -46,7 +46,7 @@ from rlfoundry.world_models.next_frame import (
     LatentMixing, NextFrameConfig, NextFramePredictor, SimulatedStep, colour_argmax, latent_mixing,
 )
 from rlfoundry.world_models.simulated_env import SimulatedEnv
-from rlfoundry.world_models.training import MAX_GRAD_NORM, input_noise, world_model_loss
+from rlfoundry.world_models.training import MAX_GRAD_NORM, Adafactor, input_noise, world_model_loss
 
 ENV_ID = "ALE/Pong-v5"
 NUM_ACTIONS = 6  # Pong's minimal action set
@@ -105,7 +105,7 @@ def train_step(model: NextFramePredictor, precision) -> Callable[[], None]:
     values, rewards = torch.zeros(WM_BATCH), torch.ones(WM_BATCH, dtype=torch.long)
     head = {id(p) for p in model.reward_head.parameters()}
     params = [p for p in model.parameters() if id(p) not in head]
-    optimizer = torch.optim.Adafactor(params)
+    optimizer = Adafactor(params)
     mixing = latent_mixing(10**9, model.cfg)  # after the warm-up: hard bits, half of them the prior's
 
     def step():
@@ -131,7 +131,7 @@ def reward_step(model: NextFramePredictor, precision) -> Callable[[], None]:
     actions = torch.randint(0, NUM_ACTIONS, (REWARD_BATCH,), generator=g)
     classes = torch.randint(0, 3, (REWARD_BATCH,), generator=g)
     params = list(model.reward_head.parameters())
-    optimizer = torch.optim.Adafactor(params)
+    optimizer = Adafactor(params)
 
     def step():
         model.eval()
