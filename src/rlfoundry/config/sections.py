@@ -82,6 +82,11 @@ class AtariConfig(StrictModel):
         return (self.img_size, self.img_size) if isinstance(self.img_size, int) else self.img_size
 
 
+class WrapperConfig(StrictModel):
+    id: str = Field(description="A Gymnasium wrapper's name (gymnasium.wrappers) or a `package.module:Class` path.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Its keyword arguments (after the env).")
+
+
 class EnvConfig(StrictModel):
     id: str = Field(description="A registered Gymnasium id, e.g. CartPole-v1.")
     num_envs: PositiveInt = Field(8, description="Parallel environments in the training vector env.")
@@ -96,6 +101,10 @@ class EnvConfig(StrictModel):
     clip_reward: float = Field(10.0, gt=0, description="Clip normalised rewards to ±clip_reward.")
     max_episode_steps: PositiveInt | None = Field(None, description="Override the id's time limit.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for gymnasium.make.")
+    wrappers: list[WrapperConfig] = Field(
+        default_factory=list,
+        description="Gymnasium wrappers around each sub-env, innermost first, after the family's own preprocessing.",
+    )
     mask_obs: list[int] | None = Field(
         None,
         description="Observation indices to hide (a POMDP variant); they are removed, so the observation shrinks. "

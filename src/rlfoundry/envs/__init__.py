@@ -22,6 +22,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.envs.config_wrappers import wrapped
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
 from rlfoundry.envs.toys import register_toys
@@ -140,14 +141,19 @@ def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
 def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
     """The factory of one single env with its family's single-env wrappers (one per sub-env of a vector env).
 
-    MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view).
+    MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view); `env_cfg.wrappers`
+    go around that (`rlfoundry.envs.config_wrappers`).
     """
     if is_minigrid(env_id):
         from rlfoundry.envs import minigrid
 
         options = {} if env_cfg is None else env_cfg.minigrid.model_dump()
-        return partial(minigrid.make_env, env_id, kwargs, **options)
-    return partial(gym.make, env_id, **kwargs)
+        make_env = partial(minigrid.make_env, env_id, kwargs, **options)
+    else:
+        make_env = partial(gym.make, env_id, **kwargs)
+    if env_cfg is not None and env_cfg.wrappers:
+        return partial(wrapped, make_env, env_cfg.wrappers)
+    return make_env
 
 
 def probe_spaces(env_id: str, kwargs: dict | None = None, env_cfg=None) -> tuple[spaces.Space, spaces.Space]:
@@ -165,6 +171,8 @@ def probe_spaces(env_id: str, kwargs: dict | None = None, env_cfg=None) -> tuple
         return observation_space, action_space
     try:
         env = env_fn(env_id, kwargs or {}, env_cfg)()
+    except ConfigError:
+        raise
     except Exception as exc:  # any failure to build is the user's id or kwargs
         shown = f" with env.kwargs {kwargs}" if kwargs else ""
         raise ConfigError(f"env.id = '{env_id}': cannot be created{shown}: {exc}") from None
@@ -201,7 +209,7 @@ def choose_vectorization(env_cfg, num_envs: int) -> str:
         return "atari"
     if env_cfg.vectorization != "auto":
         return env_cfg.vectorization
-    if gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs:
+    if gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs and not env_cfg.wrappers:
         return "vector_entry_point"
     if num_envs >= 2 and (os.cpu_count() or 1) >= 2:
         if _step_seconds(env_fn(env_cfg.id, make_kwargs(env_cfg), env_cfg)) * num_envs >= ASYNC_STEP_SECONDS:
@@ -229,6 +237,9 @@ def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None)
             raise ConfigError(
                 f"env.vectorization = 'vector_entry_point': {env_cfg.id} has none; allowed: auto, sync, async"
             )
+        if env_cfg.wrappers:
+            raise ConfigError("env.wrappers: they wrap each sub-env, and env.vectorization = 'vector_entry_point' "
+                              "builds none; use auto, sync or async")
         return gym.make_vec(env_cfg.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
     fns = [env_fn(env_cfg.id, kwargs, env_cfg)] * num_envs
     if mode == "async":

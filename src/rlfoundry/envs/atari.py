@@ -91,6 +91,9 @@ def check_options(env_cfg, mode: str = "atari", render_mode: str | None = None) 
             f"env.kwargs = {env_cfg.kwargs}: not used for ALE ids; set the options in env.atari "
             f"(allowed: {', '.join(type(env_cfg.atari).model_fields)})"
         )
+    if env_cfg.wrappers:
+        raise ConfigError("env.wrappers: not applied to ALE ids yet (ale_py's vector env has no sub-envs to wrap); "
+                          "use env.atari's preprocessing options")
     if env_cfg.max_episode_steps is not None:
         raise ConfigError(
             f"env.max_episode_steps = {env_cfg.max_episode_steps}: not used for ALE ids; "

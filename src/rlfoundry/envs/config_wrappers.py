@@ -1,0 +1,80 @@
+"""Gymnasium wrappers named in the config (`env.wrappers`), applied to each sub-env in the listed order, innermost
+first, after the family's own preprocessing (MiniGrid's image view):
+
+    env:
+      wrappers:
+        - {id: TimeAwareObservation}                                  # gymnasium.wrappers.TimeAwareObservation
+        - {id: RescaleObservation, kwargs: {min_obs: -1.0, max_obs: 1.0}}
+        - {id: my_package.wrappers:MyWrapper, kwargs: {scale: 2}}     # any importable `module:Class`
+
+A name without a colon is looked up in `gymnasium.wrappers`; `module:Class` imports the module (the user's own
+code, as a Python path in a config always is). An unknown name, a class that is not a `gymnasium.Wrapper`, or
+keyword arguments the wrapper does not take are a ConfigError (exit 2) naming the entry, with close names
+suggested for a misspelt Gymnasium wrapper.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+
+import gymnasium as gym
+from gymnasium import wrappers as gym_wrappers
+
+from rlfoundry.config.errors import ConfigError
+
+
+def _exported(name: str):
+    """gymnasium.wrappers.<name>, or None where importing it needs a package that is not installed (its array-API
+    conversions import jax, torch or array_api_compat on first access)."""
+    try:
+        return getattr(gym_wrappers, name)
+    except (ImportError, AttributeError, gym.error.DependencyNotInstalled):
+        return None
+
+
+def gymnasium_wrapper_names() -> list[str]:
+    """The names gymnasium.wrappers exports (its single-env wrappers and their array-API conversions)."""
+    return sorted(gym_wrappers.__all__)
+
+
+def resolve_wrapper(name: str, where: str) -> type[gym.Wrapper]:
+    """The wrapper class `name` names (module docstring); `where` names the config entry in errors."""
+    if ":" in name:
+        module_name, _, attribute = name.partition(":")
+        try:
+            found = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"{where} = '{name}': cannot import it: {exc}") from None
+    else:
+        names = gymnasium_wrapper_names()
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else "; give a Gymnasium wrapper or `module:Class`"
+            raise ConfigError(f"{where} = '{name}': not a wrapper of gymnasium.wrappers{hint}")
+        found = _exported(name)
+        if found is None:
+            raise ConfigError(f"{where} = '{name}': gymnasium.wrappers.{name} needs a package that is not installed")
+    if not (inspect.isclass(found) and issubclass(found, gym.Wrapper)):
+        raise ConfigError(f"{where} = '{name}': {found!r} is not a gymnasium.Wrapper class")
+    return found
+
+
+def apply_wrappers(env: gym.Env, wrappers: list) -> gym.Env:
+    """`env` inside each of `wrappers` (`WrapperConfig`s) in order."""
+    for index, entry in enumerate(wrappers):
+        where = f"env.wrappers[{index}].id"
+        cls = resolve_wrapper(entry.id, where)
+        try:
+            inspect.signature(cls).bind(env, **entry.kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"{where} = '{entry.id}': bad env.wrappers[{index}].kwargs {entry.kwargs}: {exc}; "
+                              f"it takes {inspect.signature(cls)}") from None
+        env = cls(env, **entry.kwargs)
+    return env
+
+
+def wrapped(make_env, wrappers: list) -> gym.Env:
+    """`make_env()` inside `wrappers`: a module-level function, so a partial of it pickles for async envs."""
+    return apply_wrappers(make_env(), wrappers)
