@@ -158,7 +158,7 @@ class SAC(Agent):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: SACConfig = cfg.algo
         algo = self.algo
-        if algo.async_actors and (cfg.env.normalize_obs or cfg.env.normalize_reward):
+        if algo.async_actors and (cfg.env.normalize_obs is True or cfg.env.normalize_reward):
             from rlfoundry.config.errors import ConfigError
 
             raise ConfigError(f"algo.async_actors = {algo.async_actors}: env.normalize_obs / normalize_reward would "

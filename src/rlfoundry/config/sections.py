@@ -95,7 +95,9 @@ class EnvConfig(StrictModel):
         description="auto: the id's numpy vector entry point if it has one, else async when one "
         "env step is slow enough to pay for worker processes, else sync.",
     )
-    normalize_obs: bool = Field(False, description="Running mean/std observation normalisation.")
+    normalize_obs: bool | Literal["static"] = Field(
+        False, description="true: running mean/std observation normalisation; static: the observation space's "
+                           "(finite) bounds mapped to [-1, 1], no statistics.")
     normalize_reward: bool = Field(False, description="Scale rewards by the running std of the discounted return.")
     clip_obs: float = Field(10.0, gt=0, description="Clip normalised observations to ±clip_obs.")
     clip_reward: float = Field(10.0, gt=0, description="Clip normalised rewards to ±clip_reward.")

@@ -125,11 +125,20 @@ def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
     """Config options that depend on the env's observation space (checked by the probe and by `make`)."""
     if env_cfg.normalize_obs and is_image_space(observation_space):
         raise ConfigError(
-            f"env.normalize_obs = true: {env_cfg.id} observes uint8 images {observation_space.shape}, which stay "
-            "uint8 until the network's encoder scales them; allowed: false"
+            f"env.normalize_obs = {str(env_cfg.normalize_obs).lower()}: {env_cfg.id} observes uint8 images "
+            f"{observation_space.shape}, which stay uint8 until the network's encoder scales them; allowed: false"
         )
     if env_cfg.mask_obs:
-        mask_obs_space(env_cfg.id, observation_space, env_cfg.mask_obs)
+        observation_space, _ = mask_obs_space(env_cfg.id, observation_space, env_cfg.mask_obs)
+    if env_cfg.normalize_obs == "static":
+        bounded = isinstance(observation_space, spaces.Box) and np.isfinite(observation_space.low).all() \
+            and np.isfinite(observation_space.high).all()
+        if not bounded:
+            unbounded = (np.flatnonzero(~(np.isfinite(observation_space.low) & np.isfinite(observation_space.high)))
+                         .tolist() if isinstance(observation_space, spaces.Box) else "all")
+            raise ConfigError(
+                f"env.normalize_obs = static: {env_cfg.id}'s observation space {observation_space} has no finite "
+                f"bounds to rescale from (entries {unbounded}); allowed: true (running statistics) or false")
     if env_cfg.minigrid != type(env_cfg.minigrid)() and not is_minigrid(env_cfg.id):
         shown = env_cfg.minigrid.model_dump()
         raise ConfigError(f"env.minigrid = {shown}: {env_cfg.id} is not a MiniGrid id; remove the section")
@@ -261,7 +270,8 @@ def make(
     """Build the vector env described by `env_cfg` (an `EnvConfig`) and its `EnvSpec`.
 
     Wrappers, inner to outer: masked observations (`mask_obs`) → episode statistics (true returns)
-    → observation normalisation (+clip) → reward normalisation (+clip, training only). Evaluation envs
+    → observation normalisation (running, +clip; or static from the bounds) → reward normalisation (+clip,
+    training only). Evaluation envs
     never update the observation statistics; the trainer copies them from the training envs (`copy_obs_stats`).
     Seeding happens at `reset(seed=...)`: sub-env i gets seed + i, or seed + first_env + i for the envs of one
     process of a run across processes (`EnvSpec.first_env`). `check_finite` (debug mode) adds `FiniteCheck` outside.
@@ -280,7 +290,9 @@ def make(
         envs = MaskObservation(envs, env_cfg.mask_obs, env_cfg.id)
     if not atari.is_atari(env_cfg.id):  # AtariEpisodes records whole games itself
         envs = vw.RecordEpisodeStatistics(envs, buffer_length=1)
-    if env_cfg.normalize_obs:
+    if env_cfg.normalize_obs == "static":  # the (masked) space's bounds -> [-1, 1]; nothing to learn or copy
+        envs = vw.RescaleObservation(envs, np.float32(-1.0), np.float32(1.0))
+    elif env_cfg.normalize_obs:
         envs = vw.NormalizeObservation(envs)
         if evaluation:
             envs.update_running_mean = False
