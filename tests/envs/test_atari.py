@@ -452,3 +452,25 @@ def test_non_square_img_size_round_trips_through_the_run_config(tmp_path):
     assert "img_size: [105, 80]" in (tmp_path / "config.yaml").read_text()
     again = run_config(tmp_path)
     assert again == cfg and again.env.atari.frame_size == (105, 80)
+
+
+def test_single_backend_wrapper_passes_check_env_and_rebuilds_from_its_spec():
+    """`AtariFrames` records its constructor arguments: `env.spec` works, Gymnasium's `check_env` passes, and
+    `gym.make(env.spec)` rebuilds the same preprocessing."""
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    from rlfoundry.envs import register_optional_families
+    from rlfoundry.envs.atari import AtariFrames
+
+    register_optional_families()
+    env = AtariFrames(gym.make("ALE/Pong-v5"), AtariConfig(img_size=[105, 80], grayscale=False))
+    assert tuple(env.spec.additional_wrappers[-1].kwargs["atari_cfg"]["img_size"]) == (105, 80)
+    with pytest.warns(UserWarning, match="different from the unwrapped"):  # checked as the wrapper it is
+        check_env(env, skip_render_check=True)
+    rebuilt = gym.make(env.spec)
+    assert isinstance(rebuilt, AtariFrames) and rebuilt.observation_space == env.observation_space == \
+        spaces.Box(0, 255, (4, 105, 80, 3), np.uint8)
+    first, _ = env.reset(seed=4)
+    again, _ = rebuilt.reset(seed=4)
+    assert np.array_equal(first, again)

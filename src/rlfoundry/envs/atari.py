@@ -195,7 +195,7 @@ def probe_spaces(env_id: str, kwargs: dict | None = None, atari_cfg=None) -> tup
         envs.close()
 
 
-class AtariFrames(gym.Wrapper):
+class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """One ALE env preprocessed as ale_py's AtariVectorEnv preprocesses each of its envs (the single backend).
 
     A Python copy of the C++ `PreprocessedEnv::reset` / `step` of ale-py 0.12 (src/ale/vector/preprocessed_env.cpp),
@@ -216,9 +216,14 @@ class AtariFrames(gym.Wrapper):
     The whole state is in plain attributes (the raw frame pair, the stack, the repeated action, counters) plus the
     AtariEnv's emulator and its `np_random`, which draws the no-ops and the sticky actions: what
     `rlfoundry.envs.state` captures.
+
+    `atari_cfg` is an `AtariConfig` or its dict; the dict is what `env.spec` records, so Gymnasium can rebuild the
+    wrapper (`gym.make(env.spec)`) and `check_env` passes.
     """
 
-    def __init__(self, env: gym.Env, atari_cfg):
+    def __init__(self, env: gym.Env, atari_cfg: AtariConfig | dict):
+        atari_cfg = AtariConfig.model_validate(atari_cfg)
+        gym.utils.RecordConstructorArgs.__init__(self, atari_cfg=atari_cfg.model_dump())
         super().__init__(env)
         from ale_py import Action
 
