@@ -1,38 +1,40 @@
-"""Every preset variant trains for one iteration and evaluates, through the same trainer."""
+"""Every preset variant trains for one shrunk iteration and evaluates, through the same trainer, as
+`rlfoundry presets --smoke` runs it (`rlfoundry.run.smoke`); the command's lines and exit codes."""
+
+import subprocess
+import sys
 
 import pytest
 
-import rlfoundry
-from rlfoundry.spec.load import load_config, load_presets
+from rlfoundry.run.smoke import smoke
+from rlfoundry.spec.load import load_presets
 
 CASES = [(env_id, variant) for env_id, preset in sorted(load_presets().items()) for variant in preset.variants]
 
 
 @pytest.mark.parametrize("env_id, variant", CASES)
 def test_preset_trains_one_iteration(tmp_path, quiet, env_id, variant):
-    shipped = load_config(f"{env_id}:{variant}")  # the preset as shipped is valid
-    # Shrunk so the whole matrix stays fast: 2 envs × 64 steps, two minibatches (PPO), short episodes.
-    rollout = 2 * 64
-    shrink = {
-        "ppo": ["algo.num_steps=64", "algo.minibatch_size=0.5"],
-        "dqn": ["algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16"],
-        "sac": ["algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16"],
-    }.get(shipped.algo.name, ["algo.num_steps=64"])
-    envs = "env.num_envs=2"
-    if shipped.algo.name == "simple":  # one real env; a small world model on small frames; an epoch of a few steps
-        rollout, envs = 256, "env.num_envs=1"  # 210 random steps: a whole game (at most 200 steps, below) + 46
-        model = dict(hidden_size=8, compress_steps=2, filter_double_steps=1, bottleneck_bits=8, latent_state_size=16,
-                     posterior_filters="[8,16]", reward_head_channels=8)
-        frames = ["env.atari.img_size=[36,36]"] if env_id.startswith("ALE/") else []  # the toys' are small already
-        shrink = [*(f"algo.world_model.{key}={value}" for key, value in model.items()), *frames,
-                  "algo.random_steps=210", "algo.real_steps_per_epoch=46", "algo.world_model_steps=10",
-                  "algo.first_epoch_multiplier=1", "algo.rollout_length=5", "algo.reward_steps=2", "algo.sim_envs=2",
-                  "algo.ppo_updates=1", "algo.ppo.num_steps=4", "algo.ppo.minibatch_size=4"]
-    overrides = [*quiet, envs, *shrink,
-                 f"train.total_timesteps={rollout}", "eval.every_steps=0", "eval.episodes=1",
-                 # ALE's time limit counts emulator frames: 800 frames are 200 agent steps
-                 "env.atari.max_episode_frames=800" if env_id.startswith("ALE/") else "env.max_episode_steps=200"]
-    _, summary = rlfoundry.train(f"{env_id}:{variant}", overrides, tmp_path / "run")
-    assert summary["status"] == "finished"
-    assert summary["total_steps"] == rollout
-    assert summary["eval_return_mean"] is not None
+    result = smoke(env_id, variant, tmp_path / "run", quiet)
+    assert result.ok, result.detail
+    assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_failure_is_a_result_with_its_reason(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("first line\nthe reason")
+
+    monkeypatch.setattr("rlfoundry.run.launch.train", broken)
+    result = smoke("CartPole-v1", "ppo", tmp_path / "run")
+    assert not result.ok and result.detail == "RuntimeError: the reason"
+    missing = smoke("CartPole-v1", "no-such-variant", tmp_path / "other")
+    assert not missing.ok and "no-such-variant" in missing.detail
+
+
+def test_the_command_prints_a_line_per_variant(tmp_path):
+    run = [sys.executable, "-m", "rlfoundry.cli", "presets", "--smoke"]
+    proc = subprocess.run([*run, "Pendulum-v1:sac"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("pass Pendulum-v1:sac") and "1 of 1 passed" in proc.stdout
+    nothing = subprocess.run([*run, "no-such-env"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert nothing.returncode == 2 and "no preset variant matches" in nothing.stderr
+    assert not list(tmp_path.iterdir())  # runs go to a temporary directory, not ./runs

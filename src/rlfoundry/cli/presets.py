@@ -1,4 +1,5 @@
-"""`rlfoundry presets [FILTER | ENV_ID | ENV_ID:VARIANT]`: the shipped presets, one line each, or one in full."""
+"""`rlfoundry presets [FILTER | ENV_ID | ENV_ID:VARIANT]`: the shipped presets, one line each, or one in full;
+`--smoke [FILTER]` trains every matching variant briefly and prints a pass/fail line each (`rlfoundry.run.smoke`)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,16 @@ def presets(
         metavar="[FILTER | ENV_ID | ENV_ID:VARIANT]",
         help="Text to filter env ids and variants by; an exact env id shows that preset's variants, thresholds and "
              "sources; ENV_ID:VARIANT prints the settings the variant sets.")] = None,
+    smoke: Annotated[bool, typer.Option(
+        "--smoke", help="Train every matching variant for one shrunk iteration and an evaluation episode; one "
+                        "pass/fail line each with the reason (exit 1 if any fails).")] = False,
 ) -> None:
     """List presets, one line each (env id, solved-at threshold, variants); or show one preset in full."""
     from rlfoundry.spec.load import load_presets, preset_layers
 
+    if smoke:
+        _smoke(query or "")
+        return
     try:
         found = load_presets()
         by_id = {env_id.lower(): preset for env_id, preset in found.items()}
@@ -39,6 +46,25 @@ def presets(
             _list(found, query or "")
     except ConfigError as exc:
         fail(str(exc))
+
+
+def _smoke(needle: str) -> None:
+    from rlfoundry.run.smoke import smoke_presets
+
+    console = out()
+
+    def report(result) -> None:
+        mark = "[green]pass[/]" if result.ok else "[bold red]FAIL[/]"
+        console.print(f"{mark} {escape(result.spec)} ({result.seconds:.1f} s): {escape(result.detail)}",
+                      highlight=False)
+
+    results = smoke_presets(needle, report)
+    if not results:
+        fail(f"no preset variant matches '{needle}'; `rlfoundry presets` lists them all")
+    failed = [result.spec for result in results if not result.ok]
+    console.print(f"{len(results) - len(failed)} of {len(results)} passed", style="dim", highlight=False, markup=False)
+    if failed:
+        raise typer.Exit(1)
 
 
 def _list(found, needle: str) -> None:
