@@ -131,11 +131,10 @@ def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
     if env_cfg.mask_obs:
         observation_space, _ = mask_obs_space(env_cfg.id, observation_space, env_cfg.mask_obs)
     if env_cfg.normalize_obs == "static":
-        bounded = isinstance(observation_space, spaces.Box) and np.isfinite(observation_space.low).all() \
-            and np.isfinite(observation_space.high).all()
-        if not bounded:
-            unbounded = (np.flatnonzero(~(np.isfinite(observation_space.low) & np.isfinite(observation_space.high)))
-                         .tolist() if isinstance(observation_space, spaces.Box) else "all")
+        box = isinstance(observation_space, spaces.Box)
+        unbounded = (np.flatnonzero(~(np.isfinite(observation_space.low) & np.isfinite(observation_space.high)))
+                     .tolist() if box else "all")
+        if unbounded:
             raise ConfigError(
                 f"env.normalize_obs = static: {env_cfg.id}'s observation space {observation_space} has no finite "
                 f"bounds to rescale from (entries {unbounded}); allowed: true (running statistics) or false")

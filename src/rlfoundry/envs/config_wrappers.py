@@ -34,11 +34,6 @@ def _exported(name: str):
         return None
 
 
-def gymnasium_wrapper_names() -> list[str]:
-    """The names gymnasium.wrappers exports (its single-env wrappers and their array-API conversions)."""
-    return sorted(gym_wrappers.__all__)
-
-
 def resolve_wrapper(name: str, where: str) -> type[gym.Wrapper]:
     """The wrapper class `name` names (module docstring); `where` names the config entry in errors."""
     if ":" in name:
@@ -48,9 +43,8 @@ def resolve_wrapper(name: str, where: str) -> type[gym.Wrapper]:
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"{where} = '{name}': cannot import it: {exc}") from None
     else:
-        names = gymnasium_wrapper_names()
-        if name not in names:
-            close = difflib.get_close_matches(name, names, n=3)
+        if name not in gym_wrappers.__all__:  # its single-env wrappers and their array-API conversions
+            close = difflib.get_close_matches(name, gym_wrappers.__all__, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else "; give a Gymnasium wrapper or `module:Class`"
             raise ConfigError(f"{where} = '{name}': not a wrapper of gymnasium.wrappers{hint}")
         found = _exported(name)

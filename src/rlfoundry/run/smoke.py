@@ -48,8 +48,8 @@ def smoke_overrides(cfg) -> tuple[list[str], int]:
 
 
 def smoke(env_id: str, variant: str, run_dir: Path, extra: list[str] | None = None) -> SmokeResult:
-    """One variant's smoke run into `run_dir` (recorded in a registry in its parent); any failure (a missing package, a bad preset, a crash) is a failed
-    result with its message, not an exception."""
+    """One variant's smoke run into `run_dir` (recorded in a registry in its parent); any failure (a missing
+    package, a bad preset, a crash) is a failed result with its message, not an exception."""
     from rich.console import Console
 
     from rlfoundry.run.launch import train
@@ -74,14 +74,13 @@ def smoke(env_id: str, variant: str, run_dir: Path, extra: list[str] | None = No
 
 
 def smoke_presets(needle: str = "", report=None) -> list[SmokeResult]:
-    """Every preset variant whose env id or variant name contains `needle` (case-insensitive), each into its own
+    """Every preset variant whose `ENV_ID:VARIANT` contains `needle` (case-insensitive), each into its own
     temporary run directory; `report(result)` is called as each one ends."""
     from rlfoundry.spec.load import load_presets
 
     needle = needle.lower()
     cases = [(env_id, variant) for env_id, preset in sorted(load_presets().items()) for variant in preset.variants
-             if not needle or needle in env_id.lower() or needle in variant.lower()
-             or needle in f"{env_id}:{variant}".lower()]
+             if needle in f"{env_id}:{variant}".lower()]
     results = []
     with tempfile.TemporaryDirectory(prefix="rlfoundry-smoke-") as scratch:
         for index, (env_id, variant) in enumerate(cases):
