@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "installing the pinned set into $(VENV) (torch first, CPU build)..."
 	$(PIP) torch==2.13.0 -c constraints.txt
 	$(PIP) -e ".[dev]" -c constraints.txt
+	$(PIP) --no-deps ocatari -c constraints.txt
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -30,7 +30,48 @@ class MiniGridConfig(StrictModel):
     tile_size: PositiveInt = Field(8, description="Pixels per grid cell of the rgb views (8: a 56x56 partial view).")
 
 
-class AtariConfig(StrictModel):
+def _frame_size(value: Any) -> int | tuple[int, int]:
+    """One check with one message for `img_size` fields: pydantic's own union errors would report the int branch only."""
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive_int(side) for side in value):
+        return int(value[0]), int(value[1])
+    if _positive_int(value):
+        return int(value)
+    raise ValueError("expected a positive int (square frames) or [height, width] (two positive ints)")
+
+
+class _SizedFrames(StrictModel):
+    """A section with an `img_size` field: a side or [height, width]."""
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """(height, width) of the frames."""
+        return (self.img_size, self.img_size) if isinstance(self.img_size, int) else self.img_size
+
+
+class DmControlConfig(_SizedFrames):
+    """Observations of DeepMind Control Suite ids (dm_control/<domain>-<task>-v0); see `rlfoundry.envs.dm_control`."""
+
+    pixels: bool = Field(
+        False, description="false: the proprioceptive observation dict flattened to one float vector (keys in the "
+        "task's order); true: rendered frames, channel-first uint8 [3, H, W].")
+    img_size: int | tuple[int, int] = Field(64, description="Rendered frame size (pixels only): a side or [height, width].")
+    camera: int | str = Field(0, description="The camera rendered (pixels only): its index or name in the model.")
+
+    _img_size = field_validator("img_size", mode="before")(classmethod(lambda cls, value: _frame_size(value)))
+
+
+class FramesConfig(_SizedFrames):
+    """Pixel preprocessing of ViZDoom and Retro ids, as the Atari path does it: frame skip, grey, resize, stack."""
+
+    frame_skip: PositiveInt = Field(4, description="Game frames per agent step (the action repeated).")
+    grayscale: bool = Field(True, description="Grey frames; false: RGB, laid out as [frame_stack * 3, H, W].")
+    img_size: int | tuple[int, int] = Field(84, description="Frames resized to a side or to [height, width].")
+    frame_stack: PositiveInt = Field(4, description="The last frame_stack frames form one observation.")
+
+    _img_size = field_validator("img_size", mode="before")(classmethod(lambda cls, value: _frame_size(value)))
+
+
+class AtariConfig(_SizedFrames):
     """Preprocessing of ALE ids (ALE/<Game>-v5), done by ale_py's AtariVectorEnv; see `rlfoundry.envs.atari`."""
 
     noop_max: int = Field(30, ge=0, description="Up to this many no-op frames on reset, a random number each time.")
@@ -60,26 +101,18 @@ class AtariConfig(StrictModel):
         108_000, description="Truncate a game after this many emulator frames (108 000 = 30 min = 27 000 steps)."
     )
     num_threads: int = Field(0, ge=0, description="ALE worker threads (0: one per env, at most one per core).")
+    obs_type: Literal["pixels", "ram", "objects"] = Field(
+        "pixels",
+        description="pixels: the preprocessed frames; ram: the console's 128 RAM bytes as a uint8 vector; objects: "
+        "OCAtari's object list as a fixed-size vector (needs the ocatari extra).",
+    )
     backend: Literal["vector", "single"] = Field(
         "vector",
         description="vector: ale_py's AtariVectorEnv (C++ threads, fastest; resume resets the envs, no video); "
         "single: one Gymnasium AtariEnv per sub-env, preprocessed in Python (slower; exact resume and video).",
     )
 
-    @field_validator("img_size", mode="before")
-    @classmethod
-    def _img_size(cls, value: Any) -> int | tuple[int, int]:
-        # one check with one message: pydantic's own union errors would report the int branch only
-        if isinstance(value, (list, tuple)) and len(value) == 2 and all(_positive_int(side) for side in value):
-            return int(value[0]), int(value[1])
-        if _positive_int(value):
-            return int(value)
-        raise ValueError("expected a positive int (square frames) or [height, width] (two positive ints)")
-
-    @property
-    def frame_size(self) -> tuple[int, int]:
-        """(height, width) of the preprocessed frames."""
-        return (self.img_size, self.img_size) if isinstance(self.img_size, int) else self.img_size
+    _img_size = field_validator("img_size", mode="before")(classmethod(lambda cls, value: _frame_size(value)))
 
 
 class WrapperConfig(StrictModel):
@@ -112,8 +145,15 @@ class EnvConfig(StrictModel):
         description="Observation indices to hide (a POMDP variant); they are removed, so the observation shrinks. "
         "E.g. [1, 3] hides CartPole's velocities. Indices are checked against the env's observation.",
     )
+    action_repeat: PositiveInt = Field(
+        1, description="Repeat each action this many env steps, summing the rewards (stops at the episode's end); "
+        "DeepMind Control practice: 8 for cartpole, 2 for walker and cheetah. ALE ids use env.atari.frame_skip.")
     minigrid: MiniGridConfig = Field(default_factory=MiniGridConfig, description="MiniGrid ids only: the observation.")
     atari: AtariConfig = Field(default_factory=AtariConfig, description="ALE ids only: the preprocessing.")
+    dm_control: DmControlConfig = Field(
+        default_factory=DmControlConfig, description="DeepMind Control ids only: vectors or pixels.")
+    vizdoom: FramesConfig = Field(default_factory=FramesConfig, description="ViZDoom ids only: the preprocessing.")
+    retro: FramesConfig = Field(default_factory=FramesConfig, description="Retro ids only: the preprocessing.")
 
 
 class NetworkConfig(StrictModel):

@@ -9,6 +9,7 @@ from learning (see `rlfoundry.buffers.rollout`).
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from collections.abc import Callable
@@ -22,11 +23,12 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs.config_wrappers import wrapped
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
 from rlfoundry.envs.toys import register_toys
-from rlfoundry.envs.wrappers import FiniteCheck, MaskObservation, mask_obs_space
+from rlfoundry.envs.wrappers import ActionRepeat, FiniteCheck, MaskObservation, mask_obs_space
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
 ASYNC_STEP_SECONDS = 2e-3
@@ -59,9 +61,52 @@ class EnvSpec:
         return isinstance(self.action_space, spaces.Discrete)
 
 
-def register_optional_families() -> None:
-    """Register our `Bandit-*` and `rlfoundry/*` ids, and the ids of optional env packages (Atari, MiniGrid) when
-    installed."""
+@dataclass(frozen=True)
+class Family:
+    """An env family from an optional package, known by its ids' prefix.
+
+    `module` is ours: importing it registers the family's Gymnasium ids (raising ImportError when the package is
+    missing) and, for families built one sub-env at a time, defines `make_env(env_id, kwargs, env_cfg) -> gym.Env`:
+    one env with the family's own preprocessing (from its `env_cfg` section).
+    """
+
+    name: str
+    prefix: str
+    module: str
+    extra: str  # pip install 'rlfoundry[<extra>]'
+
+
+FAMILIES = (
+    Family("DeepMind Control", "dm_control/", "rlfoundry.envs.dm_control", "dm-control"),
+    Family("ViZDoom", "Vizdoom", "rlfoundry.envs.vizdoom", "vizdoom"),
+    Family("Retro", "retro/", "rlfoundry.envs.retro", "retro"),
+    Family("Brax", "brax/", "rlfoundry.envs.brax", "brax"),
+)
+
+
+def family_of(env_id: str) -> Family | None:
+    return next((family for family in FAMILIES if env_id.startswith(family.prefix)), None)
+
+
+def load_family(env_id: str):
+    """The module of `env_id`'s optional family (its ids now registered), or None for ids of no such family.
+    A missing package is a ConfigError that names the extra to install."""
+    family = family_of(env_id)
+    if family is None:
+        return None
+    try:
+        return importlib.import_module(family.module)
+    except ImportError as exc:
+        if (exc.name or "").startswith("rlfoundry"):
+            raise
+        raise ConfigError(
+            f"env.id = '{env_id}': {family.name} ids need packages that are not installed ({exc}); "
+            f"install them with: pip install 'rlfoundry[{family.extra}]'") from None
+
+
+def register_optional_families(env_id: str | None = None) -> None:
+    """Register our `Bandit-*` and `rlfoundry/*` ids, Atari's and MiniGrid's, and the ids of `env_id`'s optional
+    family (`FAMILIES`: imported only when an id asks for it, some are slow to import)."""
     register_bandits()
     register_toys()
     for module in ("ale_py", "minigrid"):
@@ -69,6 +114,8 @@ def register_optional_families() -> None:
             __import__(module)
         except ImportError:
             pass
+    if env_id is not None:
+        load_family(env_id)
 
 
 def env_seed(seed: int) -> int:
@@ -80,7 +127,7 @@ def env_seed(seed: int) -> int:
 
 def check_renders(env_id: str) -> None:
     """Raise ConfigError unless `env_id` can render rgb_array frames (checked before any env is built)."""
-    register_optional_families()
+    register_optional_families(env_id)
     spec = gym.spec(env_id)
     creator = spec.entry_point
     if isinstance(creator, str):
@@ -144,21 +191,34 @@ def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
     if env_cfg.atari != type(env_cfg.atari)() and not atari.is_atari(env_cfg.id):
         shown = env_cfg.atari.model_dump(exclude_defaults=True)
         raise ConfigError(f"env.atari = {shown}: {env_cfg.id} is not an ALE id; remove the section")
+    family = family_of(env_cfg.id)
+    for section, prefix in (("dm_control", "dm_control/"), ("vizdoom", "Vizdoom"), ("retro", "retro/")):
+        options = getattr(env_cfg, section)
+        if options != type(options)() and (family is None or family.prefix != prefix):
+            shown = options.model_dump(exclude_defaults=True)
+            raise ConfigError(f"env.{section} = {shown}: {env_cfg.id} is not a {section} id ({prefix}...); "
+                              "remove the section")
 
 
 def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
     """The factory of one single env with its family's single-env wrappers (one per sub-env of a vector env).
 
-    MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view); `env_cfg.wrappers`
-    go around that (`rlfoundry.envs.config_wrappers`).
+    MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view), the optional
+    families (`FAMILIES`) their own preprocessing; then `env_cfg.action_repeat`, and `env_cfg.wrappers` outermost
+    (`rlfoundry.envs.config_wrappers`).
     """
+    family = load_family(env_id)
     if is_minigrid(env_id):
         from rlfoundry.envs import minigrid
 
         options = {} if env_cfg is None else env_cfg.minigrid.model_dump()
         make_env = partial(minigrid.make_env, env_id, kwargs, **options)
+    elif hasattr(family, "make_env"):
+        make_env = partial(family.make_env, env_id, kwargs, env_cfg or EnvConfig(id=env_id))
     else:
         make_env = partial(gym.make, env_id, **kwargs)
+    if env_cfg is not None and env_cfg.action_repeat > 1:
+        make_env = partial(ActionRepeat.around, make_env, env_cfg.action_repeat)
     if env_cfg is not None and env_cfg.wrappers:
         return partial(wrapped, make_env, env_cfg.wrappers)
     return make_env
@@ -170,7 +230,7 @@ def probe_spaces(env_id: str, kwargs: dict | None = None, env_cfg=None) -> tuple
     With `env_cfg` (an `EnvConfig`) its observation options are applied and checked as `make` would: the
     MiniGrid view, `mask_obs` (the space returned is the masked one), no `normalize_obs` on images.
     """
-    register_optional_families()
+    register_optional_families(env_id)
     if atari.is_atari(env_id):  # only the vector env exists for Atari (rlfoundry.envs.atari)
         observation_space, action_space = atari.probe_spaces(env_id, kwargs, None if env_cfg is None else env_cfg.atari)
         if env_cfg is not None:
@@ -217,7 +277,8 @@ def choose_vectorization(env_cfg, num_envs: int) -> str:
         return "atari"
     if env_cfg.vectorization != "auto":
         return env_cfg.vectorization
-    if gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs and not env_cfg.wrappers:
+    if (gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs and not env_cfg.wrappers
+            and env_cfg.action_repeat == 1):
         return "vector_entry_point"
     if num_envs >= 2 and (os.cpu_count() or 1) >= 2:
         if _step_seconds(env_fn(env_cfg.id, make_kwargs(env_cfg), env_cfg)) * num_envs >= ASYNC_STEP_SECONDS:
@@ -245,8 +306,9 @@ def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None)
             raise ConfigError(
                 f"env.vectorization = 'vector_entry_point': {env_cfg.id} has none; allowed: auto, sync, async"
             )
-        if env_cfg.wrappers:
-            raise ConfigError("env.wrappers: they wrap each sub-env, and env.vectorization = 'vector_entry_point' "
+        if env_cfg.wrappers or env_cfg.action_repeat > 1:
+            shown = "env.wrappers: they wrap" if env_cfg.wrappers else "env.action_repeat: it wraps"
+            raise ConfigError(f"{shown} each sub-env, and env.vectorization = 'vector_entry_point' "
                               "builds none; use auto, sync or async")
         return gym.make_vec(env_cfg.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
     fns = [env_fn(env_cfg.id, kwargs, env_cfg)] * num_envs
@@ -275,7 +337,7 @@ def make(
     Seeding happens at `reset(seed=...)`: sub-env i gets seed + i, or seed + first_env + i for the envs of one
     process of a run across processes (`EnvSpec.first_env`). `check_finite` (debug mode) adds `FiniteCheck` outside.
     """
-    register_optional_families()
+    register_optional_families(env_cfg.id)
     num_envs = num_envs or env_cfg.num_envs
     mode = vectorization or choose_vectorization(env_cfg, num_envs)
     envs = _base_vector_env(env_cfg, num_envs, mode, render_mode)

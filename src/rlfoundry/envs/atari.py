@@ -94,6 +94,9 @@ def check_options(env_cfg, mode: str = "atari", render_mode: str | None = None) 
     if env_cfg.wrappers:
         raise ConfigError("env.wrappers: not applied to ALE ids yet (ale_py's vector env has no sub-envs to wrap); "
                           "use env.atari's preprocessing options")
+    if env_cfg.action_repeat != 1:
+        raise ConfigError(f"env.action_repeat = {env_cfg.action_repeat}: ALE ids repeat actions with "
+                          "env.atari.frame_skip (emulator frames a step, max-pooled); allowed: 1")
     if env_cfg.max_episode_steps is not None:
         raise ConfigError(
             f"env.max_episode_steps = {env_cfg.max_episode_steps}: not used for ALE ids; "

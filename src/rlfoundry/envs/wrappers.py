@@ -1,4 +1,6 @@
-"""Vector-env wrappers of our own; Gymnasium's cover episode statistics and normalisation.
+"""Wrappers of our own; Gymnasium's cover episode statistics and normalisation.
+
+`ActionRepeat` (`env.action_repeat`) wraps each sub-env: one agent step is k env steps with the same action.
 
 `MaskObservation` makes a POMDP from a vector-observation env by hiding chosen entries (`env.mask_obs`).
 Hidden entries are *removed*, not zeroed: the observation shrinks (CartPole with `mask_obs: [1, 3]` observes
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv, VectorObservationWrapper, VectorWrapper
@@ -49,6 +52,32 @@ def mask_obs_space(
         index = slice(int(keep[0]), int(keep[-1]) + 1)
     box = spaces.Box(observation_space.low[index], observation_space.high[index], dtype=observation_space.dtype)
     return box, index
+
+
+class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Each action is repeated `repeat` times; the rewards are summed and the last observation returned. A
+    termination or truncation ends the repeat early (the episode's end is never stepped past). The time limit
+    inside still counts env steps, so a 1000-step DeepMind Control episode is 125 agent steps at repeat 8."""
+
+    def __init__(self, env: gym.Env, repeat: int):
+        if repeat < 1:
+            raise ValueError(f"repeat = {repeat}: expected a positive int")
+        gym.utils.RecordConstructorArgs.__init__(self, repeat=repeat)
+        gym.Wrapper.__init__(self, env)
+        self.repeat = repeat
+
+    @classmethod
+    def around(cls, make_env, repeat: int) -> "ActionRepeat":
+        return cls(make_env(), repeat)
+
+    def step(self, action):
+        total = 0.0
+        for _ in range(self.repeat):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
 
 
 class MaskObservation(VectorObservationWrapper):

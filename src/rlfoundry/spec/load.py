@@ -174,7 +174,7 @@ def check_env_id(env_id: Any) -> str:
 
     if not isinstance(env_id, str) or not env_id:
         raise ConfigError(f"env.id = {env_id!r}: expected a registered Gymnasium id such as CartPole-v1")
-    register_optional_families()
+    register_optional_families(env_id)
     if env_id not in gym.registry:
         raise ConfigError(
             f"env.id = '{env_id}': not a registered Gymnasium id{_did_you_mean(env_id, gym.registry.keys())}"
