@@ -77,6 +77,28 @@ def test_symbolic_views_match_minigrid_encoding(build):
     assert spec.obs_shape == (3, 6 * 8, 12 * 8)
 
 
+@pytest.mark.parametrize("view", ["full", "rgb_partial", "rgb_full"])
+def test_views_match_minigrids_own_wrappers(view):
+    """Our views are computed from the env itself (so the env keeps a spec); minigrid's wrappers are the oracle."""
+    from minigrid.wrappers import FullyObsWrapper, RGBImgObsWrapper, RGBImgPartialObsWrapper
+
+    from rlfoundry.envs.minigrid import make_env
+
+    oracle_wrapper = {"full": FullyObsWrapper, "rgb_partial": RGBImgPartialObsWrapper, "rgb_full": RGBImgObsWrapper}
+    register_optional_families()
+    ours = make_env("MiniGrid-DoorKey-5x5-v0", {}, view=view, tile_size=5)
+    raw = gym.make("MiniGrid-DoorKey-5x5-v0")
+    oracle = oracle_wrapper[view](raw) if view == "full" else oracle_wrapper[view](raw, tile_size=5)
+    axes = (2, 1, 0) if view == "full" else (2, 0, 1)
+    obs, expected = ours.reset(seed=4)[0], oracle.reset(seed=4)[0]["image"]
+    actions = np.random.default_rng(0).integers(0, 7, size=30)
+    for action in actions:
+        np.testing.assert_array_equal(obs, expected.transpose(axes))
+        assert ours.observation_space.contains(obs)
+        obs, expected = ours.step(action)[0], oracle.step(action)[0]["image"]
+    ours.close(), oracle.close()
+
+
 def test_tile_size():
     minigrid = MiniGridConfig(view="rgb_partial", tile_size=4)
     cfg = EnvConfig(id=EMPTY, num_envs=1, vectorization="sync", minigrid=minigrid)

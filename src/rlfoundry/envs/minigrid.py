@@ -27,7 +27,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
-from minigrid.wrappers import FullyObsWrapper, RGBImgObsWrapper, RGBImgPartialObsWrapper
 
 VIEWS = ("partial", "full", "rgb_partial", "rgb_full")
 
@@ -37,24 +36,43 @@ SYMBOLIC_HIGH = np.array(
 )
 
 
-class MiniGridImage(gym.ObservationWrapper):
-    """MiniGrid's Dict observation → its `image`, channel-first; reaching the goal at the limit is not truncation."""
+class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """MiniGrid's Dict observation → the chosen view (module docstring), channel-first; reaching the goal at the limit
+    is not truncation.
 
-    def __init__(self, env: gym.Env, symbolic: bool):
-        super().__init__(env)
-        image = env.observation_space["image"]
-        if symbolic:  # [x, y, c] → [c, y, x]
-            self.axes = (2, 1, 0)
-            shape = (image.shape[2], image.shape[1], image.shape[0])
+    The full and rendered views are computed here from the env itself, as minigrid's FullyObsWrapper and
+    RGBImg(Partial)ObsWrapper do, rather than through those wrappers: they record no constructor arguments, so an env
+    wrapped in them has no `spec` (Gymnasium's `check_env` and `gym.make(env.spec)` need one).
+    """
+
+    def __init__(self, env: gym.Env, view: str = "partial", tile_size: int = 8):
+        if view not in VIEWS:
+            raise ValueError(f"view = {view!r}: allowed: {', '.join(VIEWS)}")
+        gym.utils.RecordConstructorArgs.__init__(self, view=view, tile_size=tile_size)
+        gym.ObservationWrapper.__init__(self, env)
+        self.view, self.tile_size = view, tile_size
+        base = env.unwrapped
+        if view in ("partial", "full"):  # [x, y, c] → [c, y, x]
+            width, height = (base.agent_view_size,) * 2 if view == "partial" else (base.width, base.height)
+            shape = (3, height, width)
             high = np.broadcast_to(SYMBOLIC_HIGH[:, None, None], shape)
         else:  # rendered [y, x, c] → [c, y, x]
-            self.axes = (2, 0, 1)
-            shape = (image.shape[2], image.shape[0], image.shape[1])
+            cells = (base.agent_view_size,) * 2 if view == "rgb_partial" else (base.height, base.width)
+            shape = (3, cells[0] * tile_size, cells[1] * tile_size)
             high = np.full(shape, 255, dtype=np.uint8)
         self.observation_space = spaces.Box(np.zeros(shape, dtype=np.uint8), high.copy(), dtype=np.uint8)
 
     def observation(self, observation: dict) -> np.ndarray:
-        return observation["image"].transpose(self.axes)  # a view; the vector env copies it into its batch
+        base = self.env.unwrapped
+        if self.view == "partial":
+            return observation["image"].transpose(2, 1, 0)  # a view; the vector env copies it into its batch
+        if self.view == "full":
+            grid = base.grid.encode()
+            grid[base.agent_pos[0], base.agent_pos[1]] = (OBJECT_TO_IDX["agent"], COLOR_TO_IDX["red"], base.agent_dir)
+            return grid.transpose(2, 1, 0)
+        pov = self.view == "rgb_partial"
+        frame = base.get_frame(highlight=base.highlight, tile_size=self.tile_size, agent_pov=pov)
+        return frame.transpose(2, 0, 1)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
@@ -63,13 +81,4 @@ class MiniGridImage(gym.ObservationWrapper):
 
 def make_env(env_id: str, kwargs: dict, view: str = "partial", tile_size: int = 8) -> gym.Env:
     """One MiniGrid env with the chosen view (what each sub-env of the vector env runs)."""
-    if view not in VIEWS:
-        raise ValueError(f"view = {view!r}: allowed: {', '.join(VIEWS)}")
-    env = gym.make(env_id, **kwargs)
-    if view == "full":
-        env = FullyObsWrapper(env)
-    elif view == "rgb_partial":
-        env = RGBImgPartialObsWrapper(env, tile_size=tile_size)
-    elif view == "rgb_full":
-        env = RGBImgObsWrapper(env, tile_size=tile_size)
-    return MiniGridImage(env, symbolic=view in ("partial", "full"))
+    return MiniGridImage(gym.make(env_id, **kwargs), view, tile_size)

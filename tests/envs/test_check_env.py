@@ -1,0 +1,94 @@
+"""Gymnasium's `check_env` on the single envs rlfoundry builds itself, each as `env_fn` hands it to the vector env:
+our envs (bandits, Catch), our wrappers (MiniGrid's views, action repeat, config wrappers around them).
+
+The Atari single backend and the optional families check theirs in their own files (test_atari.py,
+test_dm_control.py, ...). `MaskObservation` and `FiniteCheck` wrap vector envs, which `check_env` does not take:
+test_masked.py and test_families.py hold them to the vector contract.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from rlfoundry.config.sections import EnvConfig
+from rlfoundry.envs import env_fn, make_kwargs, register_optional_families
+from rlfoundry.envs.bandits import BANDITS
+from rlfoundry.envs.wrappers import ActionRepeat
+
+register_optional_families()
+
+
+def built(env_cfg: EnvConfig) -> gym.Env:
+    return env_fn(env_cfg.id, make_kwargs(env_cfg), env_cfg)()
+
+
+CASES = {
+    **{f"bandit {env_id}": EnvConfig(id=env_id) for env_id in BANDITS},
+    "Catch grey": EnvConfig(id="rlfoundry/Catch-v0", kwargs={"grayscale": True, "frame_stack": 1}),
+    **{f"MiniGrid {view}": EnvConfig(id="MiniGrid-Empty-5x5-v0", minigrid={"view": view})
+       for view in ("partial", "full", "rgb_partial", "rgb_full")},
+    "action repeat": EnvConfig(id="Pendulum-v1", action_repeat=3),
+    "action repeat + config wrappers": EnvConfig(
+        id="Pendulum-v1", action_repeat=2,
+        wrappers=[{"id": "TimeAwareObservation", "kwargs": {"flatten": False}}, {"id": "RecordEpisodeStatistics"}]),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_check_env_passes(name):
+    env = built(CASES[name])
+    try:
+        check_env(env, skip_render_check=True)
+        assert env.spec is not None and env.spec.id == CASES[name].id
+    finally:
+        env.close()
+
+
+class Counter(gym.Env):
+    """Observes its step count; reward 1 a step; terminates at step `end`, truncates at step `limit`."""
+
+    observation_space = gym.spaces.Box(0, 1_000, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, end: int = 1_000, limit: int = 1_000):
+        self.end, self.limit, self.t = end, limit, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, self.t == self.end, self.t == self.limit, {"t": self.t}
+
+
+@pytest.mark.parametrize(("end", "limit", "steps", "flags"), [
+    (1_000, 1_000, [3, 6, 9], (False, False)),
+    (7, 1_000, [3, 6, 7], (True, False)),  # ends mid-repeat: the rest of the repeat is not played
+    (1_000, 8, [3, 6, 8], (False, True)),
+])
+def test_action_repeat_sums_rewards_and_stops_at_the_episode_end(end, limit, steps, flags):
+    env = ActionRepeat(Counter(end, limit), 3)
+    env.reset(seed=0)
+    for expected in steps:
+        obs, reward, terminated, truncated, info = env.step(0)
+        assert obs[0] == info["t"] == expected
+    assert reward == steps[-1] - steps[-2] and (terminated, truncated) == flags
+
+
+def test_a_family_whose_package_is_missing_names_its_extra(tmp_path, monkeypatch):
+    """An optional family's module that cannot import its package: one ConfigError naming the pip extra."""
+    from rlfoundry import envs
+    from rlfoundry.config.errors import ConfigError
+
+    (tmp_path / "fake_family.py").write_text("import a_package_that_is_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake = envs.Family("Fake", "fake/", "fake_family", "fake-extra")
+    monkeypatch.setattr(envs, "FAMILIES", (*envs.FAMILIES, fake))
+    with pytest.raises(ConfigError, match=r"fake/thing-v0.*a_package_that_is_not_installed.*rlfoundry\[fake-extra\]"):
+        envs.make(EnvConfig(id="fake/thing-v0"))
+    assert envs.load_family("CartPole-v1") is None
