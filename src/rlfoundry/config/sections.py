@@ -61,22 +61,30 @@ class DmControlConfig(_SizedFrames):
 
 
 class FramesConfig(_SizedFrames):
-    """Pixel preprocessing of ViZDoom and Retro ids, as the Atari path does it: frame skip, grey, resize, stack."""
+    """Pixel preprocessing of ViZDoom and Retro ids, as the Atari path does it: frame skip, grey, resize, stack;
+    see `rlfoundry.envs.frames`."""
 
-    frame_skip: PositiveInt = Field(4, description="Game frames per agent step (the action repeated).")
+    frame_skip: PositiveInt = Field(
+        4, description="Game frames per agent step (the action repeated; ViZDoom skips them inside its engine).")
     grayscale: bool = Field(True, description="Grey frames; false: RGB, laid out as [frame_stack * 3, H, W].")
     img_size: int | tuple[int, int] = Field(84, description="Frames resized to a side or to [height, width].")
     frame_stack: PositiveInt = Field(4, description="The last frame_stack frames form one observation.")
+    repeat_action_probability: float = Field(
+        0.0, ge=0, le=1,
+        description="Retro only: sticky actions, each emulator frame keeps the previous frame's action with this "
+        "probability, drawn from the env's seed (0.25: Nichol et al. 2018, Machado et al. 2018). The emulators are "
+        "deterministic, so without it every episode of a fixed policy is the same. ViZDoom: 0 (its engine is seeded).")
 
     _img_size = field_validator("img_size", mode="before")(classmethod(lambda cls, value: _frame_size(value)))
 
 
 class AtariConfig(_SizedFrames):
-    """Preprocessing of ALE ids (ALE/<Game>-v5), done by ale_py's AtariVectorEnv; see `rlfoundry.envs.atari`."""
+    """Preprocessing and observation type of ALE ids (ALE/<Game>-v5); see `rlfoundry.envs.atari`."""
 
     noop_max: int = Field(30, ge=0, description="Up to this many no-op frames on reset, a random number each time.")
     frame_skip: PositiveInt = Field(4, description="Emulator frames per agent step (the action repeated).")
-    max_pool: bool = Field(True, description="Observe the max over the last two skipped frames (removes flicker).")
+    max_pool: bool = Field(
+        True, description="Observe the max over the last two skipped frames (removes flicker); frames only.")
     episodic_life: bool = Field(
         True, description="A life loss is a termination for the learner; episode statistics still count whole games."
     )
@@ -92,7 +100,9 @@ class AtariConfig(_SizedFrames):
     grayscale: bool = Field(
         True, description="Grey frames [frame_stack, H, W]; false: RGB, laid out as [frame_stack * 3, H, W]."
     )
-    frame_stack: PositiveInt = Field(4, description="The last frame_stack frames form one observation.")
+    frame_stack: PositiveInt = Field(
+        4, description="The last frame_stack frames form one observation (obs_type ram and objects: the last "
+        "frame_stack vectors, concatenated oldest first; zeros before the reset one, as frames).")
     repeat_action_probability: float = Field(
         0.25, ge=0, le=1, description="Sticky actions: each frame repeats the previous action with this probability."
     )
@@ -103,16 +113,27 @@ class AtariConfig(_SizedFrames):
     num_threads: int = Field(0, ge=0, description="ALE worker threads (0: one per env, at most one per core).")
     obs_type: Literal["pixels", "ram", "objects"] = Field(
         "pixels",
-        description="pixels: the preprocessed frames; ram: the console's 128 RAM bytes as a uint8 vector; objects: "
-        "OCAtari's object list as a fixed-size vector (needs the ocatari extra).",
+        description="pixels: the preprocessed frames; ram: the console's 128 RAM bytes after each step, uint8 "
+        "[frame_stack * 128]; objects: OCAtari's objects, (x, y, w, h) per object slot, float32 "
+        "[frame_stack * 4 * slots] (needs the ocatari extra). ram and objects run on the single backend.",
     )
     backend: Literal["vector", "single"] = Field(
         "vector",
-        description="vector: ale_py's AtariVectorEnv (C++ threads, fastest; resume resets the envs, no video); "
-        "single: one Gymnasium AtariEnv per sub-env, preprocessed in Python (slower; exact resume and video).",
+        description="vector: ale_py's AtariVectorEnv (C++ threads, fastest; resume resets the envs, no video; frames "
+        "only); single: one Gymnasium AtariEnv per sub-env, preprocessed in Python (slower; exact resume and "
+        "video). Unset, it is single for obs_type ram and objects.",
     )
 
     _img_size = field_validator("img_size", mode="before")(classmethod(lambda cls, value: _frame_size(value)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_for_obs_type(cls, data: Any) -> Any:
+        """AtariVectorEnv observes frames only, so ram and objects default to the single backend; an explicit
+        `backend: vector` with them stays, and `rlfoundry.envs.atari` refuses it with a message."""
+        if isinstance(data, dict) and data.get("obs_type", "pixels") != "pixels" and "backend" not in data:
+            return {**data, "backend": "single"}
+        return data
 
 
 class WrapperConfig(StrictModel):

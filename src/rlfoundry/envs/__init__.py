@@ -145,8 +145,14 @@ def is_minigrid(env_id: str) -> bool:
 
 
 def frame_stack(env_cfg) -> int:
-    """Frames the env itself stacks into one observation (Atari), which replay stores once each; else 1."""
-    return env_cfg.atari.frame_stack if atari.is_atari(env_cfg.id) else 1
+    """Frames the env itself stacks into one observation (Atari, ViZDoom, Retro), which replay stores once each;
+    else 1."""
+    if atari.is_atari(env_cfg.id):
+        return env_cfg.atari.frame_stack if env_cfg.atari.obs_type == "pixels" else 1
+    family = family_of(env_cfg.id)
+    if family is not None and family.prefix in ("Vizdoom", "retro/"):
+        return getattr(env_cfg, "vizdoom" if family.prefix == "Vizdoom" else "retro").frame_stack
+    return 1
 
 
 def is_image_space(space: spaces.Space) -> bool:
@@ -272,11 +278,18 @@ def _step_seconds(make_env: Callable[[], gym.Env]) -> float:
     return float(np.median(times))
 
 
+def family_vectorization(env_id: str) -> str | None:
+    """The vectorization a family needs whatever the env count (Retro: one emulator per process, so `async`), or None."""
+    return getattr(load_family(env_id), "VECTORIZATION", None)
+
+
 def choose_vectorization(env_cfg, num_envs: int) -> str:
     if atari.is_atari(env_cfg.id):
         return "atari"
     if env_cfg.vectorization != "auto":
         return env_cfg.vectorization
+    if family_vectorization(env_cfg.id):
+        return family_vectorization(env_cfg.id)
     if (gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs and not env_cfg.wrappers
             and env_cfg.action_repeat == 1):
         return "vector_entry_point"

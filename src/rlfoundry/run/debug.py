@@ -20,6 +20,7 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
+from rlfoundry.envs import family_vectorization
 from rlfoundry.spec.schema import ExperimentConfig
 
 ITERATIONS = 10  # iterations in a debug run's default budget, after any learning_starts
@@ -47,7 +48,7 @@ def in_process(cfg: ExperimentConfig) -> tuple[ExperimentConfig, str | None]:
     if not under_debugger():
         return cfg, None
     changes, update = [], {}
-    if cfg.env.vectorization in ("auto", "async"):
+    if cfg.env.vectorization in ("auto", "async") and family_vectorization(cfg.env.id) != "async":
         update["env"] = cfg.env.model_copy(update={"vectorization": "sync"})
         changes.append(f"env.vectorization {cfg.env.vectorization} -> sync")
     if getattr(cfg.algo, "async_actors", 0):
