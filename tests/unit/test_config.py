@@ -452,3 +452,28 @@ def test_small_frames_get_a_cnn_that_fits_them():
 
     assert generic_layers("rlfoundry/Catch-v0", "ppo")["network"]["encoder"] == "impala_cnn"  # 20x16: too small
     assert generic_layers("ALE/Pong-v5", "ppo")["network"]["encoder"] == "nature_cnn"
+
+
+def test_generic_defaults_see_the_env_options(tmp_path):
+    """An id without a preset gets its network from the env as the user's env options make it: Atari's RAM is a
+    vector (an MLP), also from an experiment file; a preset's CNN on a vector is one clear error."""
+    cfg = load_config("ALE/Seaquest-v5:ppo", ["env.atari.obs_type=ram", "env.atari.frame_stack=1"])
+    assert cfg.network.encoder == "mlp" and cfg.env.atari.backend == "single"
+    assert load_config("ALE/Seaquest-v5:ppo").network.encoder == "nature_cnn"
+    experiment = tmp_path / "ram.yaml"
+    experiment.write_text("env: {id: ALE/Seaquest-v5, atari: {obs_type: ram}}\n")
+    assert load_config(str(experiment)).network.encoder == "mlp"
+    with pytest.raises(ConfigError, match=r"network.encoder = nature_cnn: .*ALE/Pong-v5 observes .*network.encoder=mlp"):
+        load_config("ALE/Pong-v5:ppo", ["env.atari.obs_type=ram"])
+    assert load_config("ALE/Pong-v5:ppo", ["env.atari.obs_type=ram", "network.encoder=mlp"]).network.encoder == "mlp"
+
+
+def test_the_mlp_scales_bytes_as_the_cnns_scale_frames():
+    import torch
+
+    from rlfoundry.nets.encoders import MLPEncoder
+    from rlfoundry.spec.schema import NetworkConfig
+
+    encoder = MLPEncoder((3,), NetworkConfig(hidden_sizes=[4]), groups=1)
+    raw = torch.tensor([[0, 128, 255]], dtype=torch.uint8)
+    torch.testing.assert_close(encoder(raw), encoder(raw.float() / 255))

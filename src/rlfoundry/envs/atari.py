@@ -19,6 +19,23 @@ of play) are 27 000 agent steps at frame_skip 4. Frames stay uint8; colour frame
 no-ops) the two backends give the same frames; their RNG streams differ, so with either they play different games
 for a seed.
 
+What the learner observes is `env.atari.obs_type`; everything else above (no-ops, FIRE, frame skip, sticky actions,
+the time limit, episodic life, clipping, statistics) is the same for all three, so with one seed and the same
+actions they play the same games:
+
+- `pixels` (default): the frames above.
+- `ram`: the console's 128 RAM bytes, read after the step's last emulator frame (no max-pooling: a max of two
+  memory snapshots means nothing), uint8 [frame_stack * 128]. A uint8 vector, so it stays uint8 until the network,
+  which gets it as floats 0-255 (the MLP does not rescale; `env.normalize_obs` can).
+- `objects`: OCAtari's objects found in that RAM (`rlfoundry.envs.ocatari`: (x, y, w, h) per object slot, a fixed
+  number of slots per game), float32 [frame_stack * 4 * slots].
+
+`frame_stack` stacks RAM and object vectors as it stacks frames: the last frame_stack, oldest first, zeros before
+the reset one (so the replay buffer stores each vector once, as it does frames). A RAM snapshot holds most of a
+game's state (positions, velocities, timers), so `frame_stack: 1` often does; object positions need two or more for
+velocities. `AtariVectorEnv` observes frames only: ram and objects run on the single backend (the default for them;
+an explicit `backend: vector` is refused).
+
 Two things are done here instead of inside ALE (checked against ale-py 0.12.1):
 
 - Episodic life (Mnih et al. 2015). ALE's own `episodic_life=True` ends the sub-env's episode on a life loss and
@@ -39,6 +56,7 @@ Two things are done here instead of inside ALE (checked against ale-py 0.12.1):
 from __future__ import annotations
 
 import difflib
+import json
 import time
 from functools import partial
 from typing import Any
@@ -109,6 +127,26 @@ def check_options(env_cfg, mode: str = "atari", render_mode: str | None = None) 
         )
 
 
+def check_obs_type(env_id: str, atari_cfg) -> None:
+    """`env.atari.obs_type` against the backend and the frame options; objects need OCAtari and a game it reads."""
+    obs_type = atari_cfg.obs_type
+    if obs_type == "pixels":
+        return
+    if atari_cfg.backend == "vector":
+        raise ConfigError(f"env.atari.backend = vector: ale_py's AtariVectorEnv observes frames only; obs_type "
+                          f"{obs_type} runs on the single backend (allowed: single, the default for {obs_type})")
+    defaults = AtariConfig()
+    for name in ("img_size", "grayscale", "max_pool"):
+        value, default = getattr(atari_cfg, name), getattr(defaults, name)
+        if value != default:
+            raise ConfigError(f"env.atari.{name} = {json.dumps(value)}: a frame option, meaningless for obs_type "
+                              f"{obs_type}; allowed: {json.dumps(default)} (the default), or obs_type pixels")
+    if obs_type == "objects":
+        from rlfoundry.envs.ocatari import check_game
+
+        check_game(env_id)
+
+
 def make_vector_env(env_id: str, atari_cfg, num_envs: int, render_mode: str | None = None) -> VectorEnv:
     """The backend's vector env (NEXT_STEP autoreset, unclipped rewards, life-loss terminations) → AtariEpisodes.
 
@@ -116,6 +154,7 @@ def make_vector_env(env_id: str, atari_cfg, num_envs: int, render_mode: str | No
     from ale_py import Action
 
     game = rom_name(env_id)
+    check_obs_type(env_id, atari_cfg)
     if atari_cfg.backend == "single" or render_mode is not None:
         base = SyncVectorEnv([partial(make_env, env_id, atari_cfg, render_mode)] * num_envs,
                              autoreset_mode=AutoresetMode.NEXT_STEP)
@@ -148,7 +187,7 @@ def make_vector_env(env_id: str, atari_cfg, num_envs: int, render_mode: str | No
     fire = atari_cfg.fire_reset and Action.FIRE in action_set
     reset_action = action_set.index(Action.FIRE if fire else Action.NOOP)
     envs: VectorEnv = AtariEpisodes(base, atari_cfg.episodic_life, atari_cfg.reward_clipping, reset_action)
-    if not atari_cfg.grayscale:
+    if atari_cfg.obs_type == "pixels" and not atari_cfg.grayscale:
         envs = channel_first(envs)
     return envs
 
@@ -163,7 +202,8 @@ def make_env(env_id: str, atari_cfg, render_mode: str | None = None) -> AtariFra
         frameskip=1,  # AtariFrames repeats the action, checking for game over after every frame
         repeat_action_probability=0.0,  # sticky actions are AtariFrames', where a checkpoint can hold them
         full_action_space=atari_cfg.full_action_space,
-        obs_type="grayscale" if atari_cfg.grayscale else "rgb",
+        # AtariFrames reads the screen or RAM from the emulator itself; this is only what the env's reset returns
+        obs_type="ram" if atari_cfg.obs_type != "pixels" else "grayscale" if atari_cfg.grayscale else "rgb",
         max_num_frames_per_episode=0,  # no ALE limit: AtariFrames counts the frames after the reset no-ops
         render_mode=render_mode,
         disable_env_checker=True,  # AtariFrames drives the emulator itself, below the checker
@@ -215,10 +255,12 @@ class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
     - `terminated` is game over and `truncated` the time limit (without game over): the sub-env's episode is the
       game, so SyncVectorEnv autoresets only after one. `info["life_loss"]` (lives fell and some are left) is the
       signal `AsAtariVectorEnv` turns into a termination.
+    - `obs_type` ram and objects push the RAM after the step's last frame (or the objects OCAtari finds in it) in
+      place of a frame, and return the stack flattened [frame_stack * D].
 
     The whole state is in plain attributes (the raw frame pair, the stack, the repeated action, counters) plus the
     AtariEnv's emulator and its `np_random`, which draws the no-ops and the sticky actions: what
-    `rlfoundry.envs.state` captures.
+    `rlfoundry.envs.state` captures. Not so OCAtari's object list (obs_type objects; see `rlfoundry.envs.ocatari`).
 
     `atari_cfg` is an `AtariConfig` or its dict; the dict is what `env.spec` records, so Gymnasium can rebuild the
     wrapper (`gym.make(env.spec)`) and `check_env` passes.
@@ -237,11 +279,22 @@ class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.frame_skip, self.max_pool = atari_cfg.frame_skip, atari_cfg.max_pool
         self.noop_max, self.max_frames = atari_cfg.noop_max, atari_cfg.max_episode_frames
         self.repeat_action_probability = atari_cfg.repeat_action_probability
-        self.height, self.width = atari_cfg.frame_size
-        colours = () if atari_cfg.grayscale else (3,)
-        self.raw = np.zeros((2, *ale.getScreenDims(), *colours), dtype=np.uint8)  # the last two frames of a step
-        self.stack = np.zeros((atari_cfg.frame_stack, self.height, self.width, *colours), dtype=np.uint8)
-        self.observation_space = spaces.Box(0, 255, self.stack.shape, dtype=np.uint8)
+        self.obs_type, self.objects = atari_cfg.obs_type, None
+        if self.obs_type == "pixels":
+            self.height, self.width = atari_cfg.frame_size
+            colours = () if atari_cfg.grayscale else (3,)
+            self.raw = np.zeros((2, *ale.getScreenDims(), *colours), dtype=np.uint8)  # the last two frames of a step
+            self.stack = np.zeros((atari_cfg.frame_stack, self.height, self.width, *colours), dtype=np.uint8)
+            self.observation_space = spaces.Box(0, 255, self.stack.shape, dtype=np.uint8)
+        elif self.obs_type == "ram":
+            self.stack = np.zeros((atari_cfg.frame_stack, ale.getRAMSize()), dtype=np.uint8)
+            self.observation_space = spaces.Box(0, 255, (self.stack.size,), dtype=np.uint8)
+        else:
+            from rlfoundry.envs.ocatari import ObjectView
+
+            self.objects = ObjectView(env.spec.id)
+            self.stack = np.zeros((atari_cfg.frame_stack, self.objects.size), dtype=np.float32)
+            self.observation_space = spaces.Box(-np.inf, np.inf, (self.stack.size,), dtype=np.float32)
         self.action_space = spaces.Discrete(len(self.action_set))
         self.elapsed_frames, self.lives, self.game_over, self.life_loss = 0, 0, False, False
         self.sticky_action = Action.NOOP.value  # the ALE action id the emulator ran last
@@ -265,11 +318,12 @@ class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 ale.reset_game()
                 self.sticky_action = Action.NOOP.value
         self.stack[:] = 0
-        self._grab(0)
-        self.raw[1] = 0
-        self._push()
+        if self.obs_type == "pixels":
+            self._grab(0)
+            self.raw[1] = 0
+        self._push(reset=True)
         self.elapsed_frames, self.lives, self.game_over, self.life_loss = 0, ale.lives(), False, False
-        return self.stack.copy(), self._info()
+        return self._obs(), self._info()
 
     def step(self, action):
         ale, rng, action = self.ale, self.np_random, self.action_ids[action]
@@ -282,12 +336,12 @@ class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self.life_loss = 0 < lives < self.lives
             if self.game_over or self.elapsed_frames >= self.max_frames:
                 break
-            if skip <= 2:
+            if skip <= 2 and self.obs_type == "pixels":
                 self._grab(skip - 1)
         self._push()
         self.lives = ale.lives()
         truncated = self.elapsed_frames >= self.max_frames and not self.game_over
-        return self.stack.copy(), float(score), self.game_over, truncated, self._info()
+        return self._obs(), float(score), self.game_over, truncated, self._info()
 
     def _act(self, action: int, rng: np.random.Generator) -> int:
         """One frame; ALE's sticky actions (StellaEnvironment::act) with our RNG."""
@@ -301,14 +355,27 @@ class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
         else:
             self.ale.getScreenRGB(self.raw[index])
 
-    def _push(self) -> None:
-        import cv2
-
-        if self.max_pool:
-            np.maximum(self.raw[0], self.raw[1], out=self.raw[0])
+    def _push(self, reset: bool = False) -> None:
+        """The newest observation onto the stack: the pooled, resized frame; the RAM after the step's last frame; or
+        the objects OCAtari finds in that RAM (its object list starts anew on a reset)."""
         self.stack[:-1] = self.stack[1:]
-        # OpenCV's dsize is (width, height)
-        self.stack[-1] = cv2.resize(self.raw[0], (self.width, self.height), interpolation=cv2.INTER_AREA)
+        if self.obs_type == "pixels":
+            import cv2
+
+            if self.max_pool:
+                np.maximum(self.raw[0], self.raw[1], out=self.raw[0])
+            # OpenCV's dsize is (width, height)
+            self.stack[-1] = cv2.resize(self.raw[0], (self.width, self.height), interpolation=cv2.INTER_AREA)
+        elif self.obs_type == "ram":
+            self.ale.getRAM(self.stack[-1])
+        elif reset:
+            self.objects.reset(self.ale.getRAM(), self.stack[-1])
+        else:
+            self.objects.observe(self.ale.getRAM(), self.stack[-1])
+
+    def _obs(self) -> np.ndarray:
+        """A copy of the stack: frames [S, H, W(, 3)]; RAM and object vectors concatenated, oldest first [S * D]."""
+        return self.stack.copy() if self.obs_type == "pixels" else self.stack.reshape(-1).copy()
 
     def _info(self) -> dict[str, Any]:
         ale = self.ale

@@ -112,7 +112,8 @@ class MLPEncoder(nn.Module):
         self.out_features = sizes[-1]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.flatten(1).float()
+        x = obs.flatten(1)
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()  # bytes (Atari's RAM) to [0, 1], as images
         weights, biases = list(self.weights), list(self.biases)
         # Always fp32, also under bf16 autocast: acting and learning must compute the same function, the
         # hand-written backward is for one dtype, and on networks this small bf16 saves no time.

@@ -197,18 +197,24 @@ def default_network(env_id: str, observation_space) -> dict[str, Any]:
     return {"encoder": "impala_cnn" if small else "nature_cnn", "hidden_sizes": [512], "shared": True}
 
 
-def generic_layers(env_id: str, algo: str) -> dict[str, Any]:
-    """Defaults for an id without a preset, chosen from its spaces (see each algo's `defaults_for`)."""
+def generic_layers(env_id: str, algo: str, env_section: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Defaults for an id without a preset, chosen from its spaces (see each algo's `defaults_for`), as the env looks
+    with the user's `env_section` options (e.g. `env.atari.obs_type: ram` makes Atari's frames a vector)."""
     import gymnasium as gym
 
-    from rlfoundry.envs import probe_spaces
+    from rlfoundry.config.sections import EnvConfig
+    from rlfoundry.envs import make_kwargs, probe_spaces
 
     if algo not in ALGO_CONFIGS:
         raise ConfigError(
             f"variant '{algo}': {env_id} has no preset, so the variant must be an algorithm"
             f"{_did_you_mean(algo, ALGO_CONFIGS)}; available: {', '.join(ALGO_CONFIGS)}"
         )
-    observation_space, action_space = probe_spaces(env_id)
+    try:
+        env_cfg = EnvConfig.model_validate({**(env_section or {}), "id": env_id})
+    except ValidationError:
+        env_cfg = EnvConfig(id=env_id)  # the options' errors are reported by `validate`, in full
+    observation_space, action_space = probe_spaces(env_id, make_kwargs(env_cfg), env_cfg)
     layers: dict[str, Any] = ALGO_CONFIGS[algo].defaults_for(observation_space, action_space, env_id)
     layers = deep_merge(layers, {"network": default_network(env_id, observation_space)})
     layers = deep_merge(layers, {"variant": algo, "env": {"id": env_id}, "algo": {"name": algo}})
@@ -230,13 +236,13 @@ def split_spec(spec: str) -> tuple[str, str]:
     return env_id, variant
 
 
-def spec_layers(spec: str) -> dict[str, Any]:
+def spec_layers(spec: str, env_section: dict[str, Any] | None = None) -> dict[str, Any]:
     env_id, variant = split_spec(spec)
     presets = load_presets()
     if env_id in presets:
         return preset_layers(presets[env_id], variant)
     check_env_id(env_id)
-    return generic_layers(env_id, variant)
+    return generic_layers(env_id, variant, env_section)
 
 
 def is_experiment_file(spec: str) -> bool:
@@ -252,14 +258,15 @@ def load_config(spec: str, overrides: list[str] | None = None) -> ExperimentConf
         experiment = read_yaml(path)
         _check_keys(experiment, EXPERIMENT_KEYS, f"experiment file {path}")
         base_spec = experiment.pop("preset", None)
+        env_section = _section(apply_overrides(experiment, overrides or []), "env")
         if base_spec is not None:
-            data = deep_merge(spec_layers(str(base_spec)), experiment)
+            data = deep_merge(spec_layers(str(base_spec), env_section), experiment)
         else:
             env_id = check_env_id(_section(experiment, "env").get("id"))
             algo = _section(experiment, "algo").get("name", "ppo")
-            data = deep_merge(generic_layers(env_id, algo), experiment)
+            data = deep_merge(generic_layers(env_id, algo, env_section), experiment)
     else:
-        data = spec_layers(spec)
+        data = spec_layers(spec, _section(apply_overrides({}, overrides or []), "env"))
     data = apply_overrides(data, overrides or [])
     return validate(data)
 
@@ -288,12 +295,24 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
     # Build one env now, so bad env.kwargs or an unsupported space is a config error, before any run dir.
     from rlfoundry.envs import make_kwargs, probe_spaces
 
-    probe_spaces(cfg.env.id, make_kwargs(cfg.env), env_cfg=cfg.env)
+    observation_space, _ = probe_spaces(cfg.env.id, make_kwargs(cfg.env), env_cfg=cfg.env)
+    check_encoder(cfg, observation_space)
     if cfg.eval.video:
         from rlfoundry.envs import check_renders
 
         check_renders(cfg.env.id)  # e.g. ALE ids cannot render yet: say so now, not at the first evaluation
     return cfg
+
+
+def check_encoder(cfg: ExperimentConfig, observation_space) -> None:
+    """An image encoder needs image observations (a preset's CNN with `env.atari.obs_type: ram`, say)."""
+    from rlfoundry.envs import is_image_space
+
+    encoder = cfg.network.encoder
+    if encoder in ("nature_cnn", "impala_cnn", "minigrid") and not is_image_space(observation_space):
+        raise ConfigError(
+            f"network.encoder = {encoder}: it takes uint8 images [C, H, W], and {cfg.env.id} observes "
+            f"{observation_space} with these env options; set network.encoder=mlp")
 
 
 # ---------------------------------------------------------------- error messages
