@@ -286,10 +286,16 @@ def family_vectorization(env_id: str) -> str | None:
 def choose_vectorization(env_cfg, num_envs: int) -> str:
     if atari.is_atari(env_cfg.id):
         return "atari"
+    family_mode = family_vectorization(env_cfg.id)
+    if family_mode == "vector_entry_point" and env_cfg.vectorization == "async":  # Brax: one batched env
+        raise ConfigError(f"env.vectorization = 'async': {env_cfg.id} steps all its envs in one batched call, and "
+                          "worker processes would each compile it; allowed: auto, vector_entry_point, sync")
     if env_cfg.vectorization != "auto":
         return env_cfg.vectorization
-    if family_vectorization(env_cfg.id):
-        return family_vectorization(env_cfg.id)
+    if family_mode == "vector_entry_point" and (env_cfg.wrappers or env_cfg.action_repeat > 1):
+        return "sync"  # they wrap single envs
+    if family_mode:
+        return family_mode
     if (gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs and not env_cfg.wrappers
             and env_cfg.action_repeat == 1):
         return "vector_entry_point"

@@ -48,7 +48,8 @@ def in_process(cfg: ExperimentConfig) -> tuple[ExperimentConfig, str | None]:
     if not under_debugger():
         return cfg, None
     changes, update = [], {}
-    if cfg.env.vectorization in ("auto", "async") and family_vectorization(cfg.env.id) != "async":
+    # a family's own choice stays: Retro's one emulator per process, Brax's batched env (already in this process)
+    if cfg.env.vectorization in ("auto", "async") and family_vectorization(cfg.env.id) is None:
         update["env"] = cfg.env.model_copy(update={"vectorization": "sync"})
         changes.append(f"env.vectorization {cfg.env.vectorization} -> sync")
     if getattr(cfg.algo, "async_actors", 0):
