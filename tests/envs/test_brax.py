@@ -197,7 +197,6 @@ def test_capture_and_restore_continue_exactly(pendulum, tmp_path):
     restored.close()
 
 
-@pytest.mark.skipif(not hasattr(envs_state, "OWN"), reason="rlfoundry.envs.state does not call capture_state yet")
 def test_resume_through_the_env_state_module(pendulum):
     config = EnvConfig(id=PENDULUM, num_envs=NUM_ENVS, normalize_obs=True, normalize_reward=True)
     envs, _ = make(config)  # the pendulum fixture's size: nothing to compile

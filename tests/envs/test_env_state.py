@@ -55,9 +55,13 @@ def test_restored_envs_continue_exactly(tmp_path, monkeypatch, env_id, vectoriza
     ("LunarLander-v3", "sync", "Box2D"),
     ("Pendulum-v1", "async", "worker processes"),
     ("ALE/Pong-v5", "auto", "AtariVectorEnv keeps its emulators in C++ without a state API; set env.atari.backend"),
+    ("VizdoomBasic-v1", "sync", "vizdoom keeps its game in C++"),
+    ("ALE/Pong-v5", "auto", "env.atari.obs_type = objects: OCAtari's object list"),
 ])
-def test_uncapturable_families_say_why(env_id, vectorization, reason):
-    envs, _ = make(EnvConfig(id=env_id, num_envs=2, vectorization=vectorization))
+def test_uncapturable_families_say_why(tmp_path, monkeypatch, env_id, vectorization, reason):
+    monkeypatch.chdir(tmp_path)  # vizdoom writes _vizdoom.ini here
+    options = {"atari": {"obs_type": "objects"}} if "OCAtari" in reason else {}
+    envs, _ = make(EnvConfig(id=env_id, num_envs=2, vectorization=vectorization, **options))
     try:
         envs.reset(seed=0)
         state, arrays, why = capture(envs)

@@ -55,7 +55,8 @@ class DmControlConfig(_SizedFrames):
         False, description="false: the proprioceptive observation dict flattened to one float vector (keys in the "
         "task's order); true: rendered frames, channel-first uint8 [3, H, W].")
     img_size: int | tuple[int, int] = Field(64, description="Rendered frame size (pixels only): a side or [height, width].")
-    camera: int | str = Field(0, description="The camera rendered (pixels only): its index or name in the model.")
+    camera: int | str = Field(0, description="The camera rendered (pixels, and videos of any run): its index in the "
+                              "model (-1: the free camera) or its name, e.g. cartpole's 'fixed' or 'lookatcart'.")
 
     _img_size = field_validator("img_size", mode="before")(classmethod(lambda cls, value: _frame_size(value)))
 

@@ -331,8 +331,9 @@ def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None)
                               "builds none; use auto, sync or async")
         return gym.make_vec(env_cfg.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
     fns = [env_fn(env_cfg.id, kwargs, env_cfg)] * num_envs
-    if mode == "async":
-        return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
+    if mode == "async":  # a family may need fresh worker processes (DeepMind Control's renderer hangs when forked)
+        context = getattr(load_family(env_cfg.id), "async_context", lambda env_cfg: None)(env_cfg)
+        return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP, context=context)
     return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 

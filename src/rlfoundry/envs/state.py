@@ -8,6 +8,14 @@ integration needs) and ALE's emulator (`cloneState(include_rng=True)`: the machi
 the last action and the RNG of sticky actions, serialized to bytes). Configuration (spaces, specs,
 callables, renderers) is not state and is skipped.
 
+DeepMind Control (shimmy's wrapper around a `dm_control.rl.control.Environment`): the environment's counters, its
+`Physics` as one unit (`get_state` with mjSTATE_INTEGRATION, then `forward` on restore; its own attributes are
+views into MjData and must not be replaced) and its task's attributes, among them the legacy `np.random.RandomState`
+that draws initial states (restored in place: shimmy's `np_random` hands out that same object).
+
+An object may also hold state of its own that no attribute shows as plain values (Brax's JAX arrays): it then offers
+`capture_state() -> {name: np.ndarray}` and `restore_state(arrays)`, and its arrays are saved beside its attributes.
+
 Families whose state lives where this cannot reach — Box2D's C++ world, the C++ emulators of ale_py's
 AtariVectorEnv (the single Atari backend is capturable), worker processes of an AsyncVectorEnv — report a
 reason instead (`capture` returns None and the reason); the trainer then logs it and resets those envs on
@@ -27,6 +35,8 @@ SKIP = {"env", "envs", "env_fns", "spec", "_cached_spec", "metadata", "_metadata
         "screen", "clock", "surf", "screens", "func", "wrapper", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs",
         "model", "fullpath", "observation_structure"}
 PLAIN = (bool, int, float, str, type(None))
+# The entry under which an object's own `capture_state()` arrays are recorded (Brax's envs: rlfoundry.envs.brax).
+OWN = "__own_state__"
 
 
 class Uncapturable(Exception):
@@ -49,6 +59,13 @@ def _encode(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
         return {"array": key}
     if isinstance(value, np.random.Generator):
         return {"generator": value.bit_generator.state}
+    if isinstance(value, np.random.RandomState):
+        state = value.get_state(legacy=False)  # MT19937 key and position, and the cached Gaussian
+        if state["bit_generator"] != "MT19937":
+            raise Uncapturable(f"{key} is a RandomState over {state['bit_generator']}")
+        arrays[key] = state["state"]["key"].copy()
+        return {"random_state": {"key": key, "pos": int(state["state"]["pos"]), "has_gauss": int(state["has_gauss"]),
+                                 "gauss": float(state["gauss"])}}
     if isinstance(value, deque):
         items = [_encode(v, arrays, f"{key}.{i}") for i, v in enumerate(value)]
         return {"deque": items, "maxlen": value.maxlen}
@@ -61,11 +78,36 @@ def _encode(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
         return NotImplemented
     if module.startswith("ale_py") and type(value).__name__ == "ALEInterface":
         return {"ale": True}  # handled by the owner, as MjData
+    if module.startswith("dm_control."):
+        return _encode_dm_control(value, arrays, key)
     if module.startswith("Box2D"):
         raise Uncapturable("Box2D keeps its world in C++ objects")
+    if module.startswith(("vizdoom", "stable_retro")):
+        raise Uncapturable(f"{module.partition('.')[0]} keeps its game in C++ objects")
+    reason = getattr(type(value), "uncapturable", None)  # a class of ours that says why (OCAtari's object view)
+    if isinstance(reason, str):
+        raise Uncapturable(reason)
     if type(value).__name__ == "RunningMeanStd":
         return {"object": _capture_object(value, arrays, key)}
     return NotImplemented  # spaces, callables and other configuration
+
+
+def _encode_dm_control(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
+    """dm_control's suite environment and task walked as objects, its Physics as one integration state."""
+    import mujoco
+    from dm_control import composer
+    from dm_control.mujoco.engine import Physics
+    from dm_control.rl import control
+
+    if isinstance(value, Physics):
+        arrays[key] = value.get_state(sig=mujoco.mjtState.mjSTATE_INTEGRATION)
+        return {"physics": key}
+    if isinstance(value, (control.Environment, control.Task)):
+        return {"object": _capture_object(value, arrays, key)}
+    if isinstance(value, composer.Environment):
+        raise Uncapturable("dm_control composer environments (manipulation, locomotion) keep their state in entity "
+                           "trees; only suite ids are captured")
+    return NotImplemented  # cameras, specs and other configuration
 
 
 def _capture_object(obj: Any, arrays: dict[str, np.ndarray], prefix: str) -> dict[str, Any]:
@@ -89,6 +131,11 @@ def _capture_object(obj: Any, arrays: dict[str, np.ndarray], prefix: str) -> dic
             arrays[f"{prefix}.{name}"] = np.frombuffer(serialized, dtype=np.uint8).copy()
             encoded = {"ale": f"{prefix}.{name}"}
         state[name] = encoded
+    if callable(getattr(obj, "capture_state", None)):  # state the attribute walk cannot see (JAX arrays)
+        own = obj.capture_state()
+        for name, array in own.items():
+            arrays[f"{prefix}.{OWN}.{name}"] = array
+        state[OWN] = {name: f"{prefix}.{OWN}.{name}" for name in own}
     return state
 
 
@@ -106,6 +153,19 @@ def _decode(current: Any, encoded: Any, arrays: dict[str, np.ndarray]) -> Any:
         bit_generator = getattr(np.random, encoded["generator"]["bit_generator"])()  # an env never reset yet
         bit_generator.state = encoded["generator"]
         return np.random.Generator(bit_generator)
+    if "random_state" in encoded:
+        saved = encoded["random_state"]
+        state = {"bit_generator": "MT19937", "state": {"key": arrays[saved["key"]], "pos": saved["pos"]},
+                 "has_gauss": saved["has_gauss"], "gauss": saved["gauss"]}
+        random_state = current if isinstance(current, np.random.RandomState) else np.random.RandomState()
+        random_state.set_state(state)  # in place: other objects may hold this RandomState
+        return random_state
+    if "physics" in encoded:
+        import mujoco
+
+        current.set_state(arrays[encoded["physics"]], sig=mujoco.mjtState.mjSTATE_INTEGRATION)
+        current.forward()
+        return current
     if "deque" in encoded:
         return deque((_decode(None, v, arrays) for v in encoded["deque"]), maxlen=encoded["maxlen"])
     if "tuple" in encoded:
@@ -120,6 +180,9 @@ def _decode(current: Any, encoded: Any, arrays: dict[str, np.ndarray]) -> Any:
 
 def _restore_object(obj: Any, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     for name, encoded in state.items():
+        if name == OWN:
+            obj.restore_state({own: arrays[key] for own, key in encoded.items()})
+            continue
         if isinstance(encoded, dict) and "mjdata" in encoded:
             import mujoco
 
