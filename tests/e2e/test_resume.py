@@ -60,6 +60,7 @@ def last_step(path: Path) -> int:
 
 
 @pytest.mark.parametrize("case, stop", [("cartpole", "SIGKILL"), ("cartpole", "SIGTERM"), ("hopper", "SIGKILL"),
+                                        ("dm_control", "SIGKILL"),
                                         ("dqn", "SIGKILL"), ("sac", "SIGKILL"), ("cartpole-2ranks", "SIGKILL"),
                                         ("cartpole-2ranks", "SIGTERM")])
 def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
@@ -89,8 +90,16 @@ def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
     for want, have in zip(expected, got):
         assert have == want, f"first difference at global_step {want['global_step']}"
     assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "finished"
-    assert "resumed from" in (tmp_path / "cut" / "run.log").read_text()
+    log = (tmp_path / "cut" / "run.log").read_text()
+    assert "resumed from" in log and "not captured" not in log  # the envs continued, not reset
 
+
+# DeepMind Control: MuJoCo's integration state, the task's RandomState, dm_control's step counter and the action
+# repeat's position travel in the checkpoint; at action repeat 8 an episode is 125 agent steps, so episodes end and
+# restart on both sides of the kill.
+CASES["dm_control"] = ("dm_control/cartpole-swingup-v0:ppo", 2_048, [
+    "env.num_envs=2", "env.vectorization=sync", "env.action_repeat=8", "algo.num_steps=64", "algo.minibatch_size=64",
+    "algo.update_epochs=2", "checkpoint.every_steps=256", "eval.every_steps=1024", "eval.episodes=1"], 700)
 
 # ALE on the single backend (env.atari.backend=single): emulators, sticky actions and frame stacks are captured.
 # Short games (max_episode_frames) so that games end and restart within the run and the final evaluation is quick.

@@ -21,6 +21,8 @@ from rlfoundry.envs import find_wrapper, make, probe_spaces, register_optional_f
 from rlfoundry.envs.atari import AtariEpisodes, make_env
 from rlfoundry.envs.state import capture, restore
 
+from test_atari import build  # noqa: F401  (the fixture: make() for an ALE id with env.atari options)
+
 pytest.importorskip("ale_py")
 register_optional_families()
 
@@ -29,18 +31,6 @@ register_optional_families()
 PLAIN = {"noop_max": 0, "fire_reset": False, "repeat_action_probability": 0.0, "episodic_life": False}
 
 
-@pytest.fixture
-def build():
-    built = []
-
-    def _build(env_id: str = "ALE/Breakout-v5", num_envs: int = 2, env_options: dict | None = None, **atari):
-        envs, spec = make(EnvConfig(id=env_id, num_envs=num_envs, atari=atari, **(env_options or {})))
-        built.append(envs)
-        return envs, spec
-
-    yield _build
-    for envs in built:
-        envs.close()
 
 
 def sub_envs(envs) -> list:

@@ -301,18 +301,3 @@ def test_a_missing_rom_is_exit_2_before_any_run(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "python -m stable_retro.import" in proc.stderr and "Traceback" not in proc.stderr
     assert not list(tmp_path.iterdir())  # no run directory
-
-
-@needs_retro
-@pytest.mark.parametrize(("override", "key"), [
-    ("env.retro.img_size=[84]", "env.retro.img_size"),
-    ("env.retro.frame_stack=0", "env.retro.frame_stack"),
-    ("env.retro.repeat_action_probability=-0.1", "env.retro.repeat_action_probability"),
-    ("env.retro.grayscale=maybe", "env.retro.grayscale"),
-    ("env.vizdoom.frame_skip=2", "env.vizdoom"),  # another family's section
-])
-def test_bad_frames_options_are_config_errors(override, key):
-    from rlfoundry.spec.load import load_config
-
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        load_config(f"{AIRSTRIKER}:ppo", [override])

@@ -200,16 +200,22 @@ def test_a_freedoom_map_builds_with_discrete_buttons():
         env.close()
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("env.vizdoom.img_size=0", "env.vizdoom.img_size"),
-    ("env.vizdoom.frame_stack=0", "env.vizdoom.frame_stack"),
-    ("env.vizdoom.frame_skip=-1", "env.vizdoom.frame_skip"),
-    ("env.vizdoom.repeat_action_probability=2", "env.vizdoom.repeat_action_probability"),
-    ("env.vizdoom.no_such_key=1", "no_such_key"),
-    ("env.retro.frame_skip=2", "env.retro"),  # another family's section
+@pytest.mark.parametrize(("env_id", "override", "key"), [
+    (BASIC, "env.vizdoom.img_size=0", "env.vizdoom.img_size"),
+    (BASIC, "env.vizdoom.frame_stack=0", "env.vizdoom.frame_stack"),
+    (BASIC, "env.vizdoom.frame_skip=-1", "env.vizdoom.frame_skip"),
+    (BASIC, "env.vizdoom.repeat_action_probability=2", "env.vizdoom.repeat_action_probability"),
+    (BASIC, "env.vizdoom.no_such_key=1", "no_such_key"),
+    (BASIC, "env.retro.frame_skip=2", "env.retro"),  # another family's section
+    ("retro/Airstriker-Genesis-v0", "env.retro.img_size=[84]", "env.retro.img_size"),
+    ("retro/Airstriker-Genesis-v0", "env.retro.frame_stack=0", "env.retro.frame_stack"),
+    ("retro/Airstriker-Genesis-v0", "env.retro.repeat_action_probability=-0.1", "env.retro.repeat_action_probability"),
+    ("retro/Airstriker-Genesis-v0", "env.retro.grayscale=maybe", "env.retro.grayscale"),
+    ("retro/Airstriker-Genesis-v0", "env.vizdoom.frame_skip=2", "env.vizdoom"),
 ])
-def test_bad_frames_options_are_config_errors(override, key):
+def test_bad_frames_options_are_config_errors(env_id, override, key):
+    """ViZDoom's and Retro's `env.vizdoom` / `env.retro` (one FramesConfig) and each other's section."""
     from rlfoundry.spec.load import load_config
 
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        load_config(f"{BASIC}:ppo", [override])
+        load_config(f"{env_id}:ppo", [override])
