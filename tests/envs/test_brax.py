@@ -244,12 +244,3 @@ def test_bad_kwargs_are_config_errors(kwargs, match):
         probe_spaces(PENDULUM, kwargs)
     with pytest.raises(ConfigError, match=match):
         vector(PENDULUM, **kwargs)
-
-
-def test_ppo_trains_end_to_end(tmp_path):
-    from rlfoundry.run.smoke import smoke
-
-    result = smoke(FAST, "ppo", tmp_path / "run", ["eval.num_envs=2", "train.device=cpu"])
-    assert result.ok, result.detail
-    config = (tmp_path / "run" / "config.yaml").read_text()
-    assert "vectorization: vector_entry_point" in config

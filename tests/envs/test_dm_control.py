@@ -224,17 +224,6 @@ def test_restored_envs_continue_exactly(build):
         ended |= "episode" in ia
     assert ended
 
-
-def test_a_few_ppo_iterations_train(tmp_path, quiet):
-    """A suite id without a preset trains with the generic PPO defaults, its actions repeated."""
-    from rlfoundry.run.smoke import smoke
-
-    result = smoke("dm_control/pendulum-swingup-v0", "ppo", tmp_path / "run", [*quiet, "env.action_repeat=4"])
-    assert result.ok, result.detail
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["total_steps"] == 128 and summary["eval_return_mean"] is not None
-
-
 SCRIPT = """
 import os, sys
 from rlfoundry.config.errors import ConfigError

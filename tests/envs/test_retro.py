@@ -268,19 +268,6 @@ def test_a_second_emulator_in_one_process_is_a_config_error(airstriker):
     with pytest.raises(ConfigError, match="one emulator per process.*env.vectorization: async"):
         airstriker()
 
-
-@needs_retro
-def test_a_few_ppo_iterations(tmp_path, quiet):
-    from rlfoundry.run.smoke import smoke
-
-    # one torch thread: the two env workers need the other cores (with two threads it ran 10x slower on 2 cores)
-    overrides = [*quiet, "env.retro.img_size=42", "env.max_episode_steps=20", "env.vectorization=async",
-                 "train.torch_threads=1"]
-    result = smoke(AIRSTRIKER, "ppo", tmp_path / "run", overrides)
-    assert result.ok, result.detail
-    assert (tmp_path / "run" / "summary.json").exists()
-
-
 @needs_retro
 @pytest.mark.parametrize(("env_id", "kwargs", "expected"), [
     (MISSING, {}, "ROM is not installed.*python -m stable_retro.import"),

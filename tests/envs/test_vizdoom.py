@@ -163,17 +163,6 @@ def test_render_rgb_array_headless():
     finally:
         env.close()
 
-
-def test_a_few_ppo_iterations(tmp_path, quiet):
-    from rlfoundry.run.smoke import smoke
-
-    overrides = [*quiet, "env.vizdoom.img_size=42", "env.max_episode_steps=20", "env.vectorization=sync",
-                 "train.torch_threads=1"]
-    result = smoke(BASIC, "ppo", tmp_path / "run", overrides)
-    assert result.ok, result.detail
-    assert (tmp_path / "run" / "summary.json").exists()
-
-
 @pytest.mark.parametrize(("env_id", "kwargs", "frames", "expected"), [
     ("VizdoomBasic-MultiBinary-v1", {}, {}, "use VizdoomBasic-v1"),
     ("VizdoomFreedoom1E1M1-S3-v0", {}, {}, "env.kwargs.max_buttons_pressed: 1"),

@@ -1,0 +1,35 @@
+"""Each optional env family trains a few PPO iterations end to end, through the same trainer as
+`rlfoundry presets --smoke` (`rlfoundry.run.smoke`), with the generic defaults its spaces call for, and records the
+vectorization the family needs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from rlfoundry.run.smoke import smoke
+
+CASES = {
+    # id: (overrides, the vectorization the run must record)
+    # one torch thread next to env worker processes: with two on 2 cores the run was 10x slower
+    "VizdoomBasic-v1": (["env.vizdoom.img_size=42", "env.max_episode_steps=20", "train.torch_threads=1"], None),
+    "retro/Airstriker-Genesis-v0": (["env.retro.img_size=42", "env.max_episode_steps=20", "train.torch_threads=1"],
+                                    "async"),  # one emulator per process: even `auto` uses a worker
+    "dm_control/pendulum-swingup-v0": (["env.action_repeat=4"], None),
+    "brax/fast-v0": (["eval.num_envs=2"], "vector_entry_point"),
+}
+
+
+@pytest.mark.parametrize("env_id", CASES)
+def test_a_few_ppo_iterations(tmp_path, monkeypatch, quiet, env_id):
+    monkeypatch.chdir(tmp_path)  # vizdoom writes _vizdoom.ini into the working directory
+    overrides, vectorization = CASES[env_id]
+    result = smoke(env_id, "ppo", tmp_path / "run", [*quiet, *overrides])
+    assert result.ok, result.detail
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["total_steps"] == 128 and summary["eval_return_mean"] is not None
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    if vectorization:
+        assert config["provenance"]["vectorization"] == vectorization
