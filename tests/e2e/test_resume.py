@@ -91,7 +91,9 @@ def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
         assert have == want, f"first difference at global_step {want['global_step']}"
     assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "finished"
     log = (tmp_path / "cut" / "run.log").read_text()
-    assert "resumed from" in log and "not captured" not in log  # the envs continued, not reset
+    assert "resumed from" in log
+    if case != "simple":  # (SimPLe restarts its real env every epoch from a seed it draws: nothing to capture)
+        assert "not captured" not in log  # the envs continued, not reset
 
 
 # DeepMind Control: MuJoCo's integration state, the task's RandomState, dm_control's step counter and the action
@@ -111,7 +113,6 @@ CASES["breakout"] = ("ALE/Breakout-v5:ppo", 640, ["env.atari.backend=single", "e
 
 def test_resumed_atari_run_equals_uninterrupted(tmp_path):
     test_resumed_run_equals_uninterrupted(tmp_path, "breakout", "SIGKILL")
-    assert "not captured" not in (tmp_path / "cut" / "run.log").read_text()
 
 
 # SimPLe (the simple agent) at its tiny size: 600 random steps and two epochs of 300 real steps on Breakout, killed
