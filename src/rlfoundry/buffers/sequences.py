@@ -1,0 +1,180 @@
+"""Sequence replay for latent world models (DreamerV3, PlaNet): every env step in a preallocated time-major ring,
+sampled as windows of consecutive steps of one env, each with the latent state the agent had before it.
+
+Layout. Storage is `[R, B, ...]` (R rows per env, B envs). Row t of an env holds what the agent saw at step t and
+did there: obs_t, reward_t (the reward that came with obs_t), is_first_t (obs_t begins an episode), is_terminal_t
+(obs_t ends one by termination), action_t (chosen at obs_t) and latent_t (the recurrent state after observing
+obs_t). With NEXT_STEP autoreset (`rlfoundry.envs`) every `envs.step` result is one row: the step after an
+episode's end returns the next episode's first observation, which becomes an is_first row with reward 0. So the
+rows of an env are a continuous stream of whole episodes, and a window may cross episode starts: the model resets
+its state at each is_first row inside it.
+
+Filling: `start(obs)` writes the first rows (all is_first); each `add(actions, latents, next_obs, rewards,
+terminated, truncated)` completes the current row with the action taken and the agent's latent there, and writes
+the next row from the env's answer. The newest row of each env ("pending") has no action yet.
+
+Sampling: `sample(batch, length)` draws windows of `length + 1` rows uniformly over every start whose rows are all
+still stored and complete but the last (whose action is not needed). The extra first row is the context (DreamerV3
+`replay_context: 1`): its stored latent is the state the model starts the window from, and its action is the one
+that leads into the first trained step. Rows without a latent (written before the agent had one, e.g. random
+prefill) start from zero. After training, `write_latents` stores the posterior states of the sampled rows, so the
+next window starting there starts from a state the current model computed.
+
+Checkpoints: `state_dict()` holds the rows written so far and the ring position; a loaded replay has exactly the
+rows it had (tested: no duplication on resume, a known failure of dreamerv3 #103).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class SequenceBatch(NamedTuple):
+    """N windows of L + 1 rows, batch-major: row 0 is the context."""
+
+    obs: np.ndarray  # [N, L+1, *obs_shape]
+    actions: np.ndarray  # [N, L+1, *action_shape]: actions[:, t] was taken at obs[:, t]
+    rewards: np.ndarray  # [N, L+1] float32
+    is_first: np.ndarray  # [N, L+1] bool
+    is_terminal: np.ndarray  # [N, L+1] bool
+    latents: np.ndarray  # [N, L+1, latent_size] float32, zeros where `has_latent` is false
+    has_latent: np.ndarray  # [N, L+1] bool
+    rows: np.ndarray  # [N] int64 absolute row of each window's context
+    envs: np.ndarray  # [N] int64
+
+
+class SequenceReplay:
+    """The newest `capacity // num_envs` steps of each of `num_envs` envs."""
+
+    def __init__(self, capacity: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype, action_shape: tuple[int, ...],
+                 action_dtype, latent_size: int):
+        self.rows_per_env = R = capacity // num_envs
+        if R < 2:
+            raise ValueError(f"capacity {capacity} for {num_envs} envs: need at least 2 steps per env")
+        self.capacity, self.num_envs, self.latent_size = capacity, num_envs, latent_size
+        self.obs_shape, self.action_shape = tuple(obs_shape), tuple(action_shape)
+        B = num_envs
+        self.obs = np.zeros((R, B, *self.obs_shape), obs_dtype)
+        self.actions = np.zeros((R, B, *self.action_shape), action_dtype)
+        self.rewards = np.zeros((R, B), np.float32)
+        self.is_first = np.zeros((R, B), bool)
+        self.is_terminal = np.zeros((R, B), bool)
+        self.latents = np.zeros((R, B, latent_size), np.float32)
+        self.has_latent = np.zeros((R, B), bool)
+        self.step = -1  # absolute row of the pending row (the newest); -1 before `start`
+        self.prev_done = np.zeros(B, bool)
+
+    # ---------------------------------------------------------------- filling
+
+    def start(self, obs: np.ndarray) -> None:
+        """The envs were reset (at the start, or after a resume whose envs could not be restored): their first
+        observations begin episodes."""
+        self._write_row(obs, np.zeros(self.num_envs, np.float32), np.ones(self.num_envs, bool),
+                        np.zeros(self.num_envs, bool))
+        self.prev_done[:] = False
+
+    def add(self, actions: np.ndarray, latents: np.ndarray | None, next_obs: np.ndarray, rewards: np.ndarray,
+            terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """The agent took `actions` at the pending row's observations with `latents` [B, latent_size] (None: no
+        latent yet), and `envs.step` answered."""
+        if self.step < 0:
+            raise ValueError("SequenceReplay.add before start(obs)")
+        slot = self.step % self.rows_per_env
+        self.actions[slot] = actions
+        if latents is None:
+            self.has_latent[slot] = False
+        else:
+            self.latents[slot] = latents
+            self.has_latent[slot] = True
+        self._write_row(next_obs, rewards, self.prev_done.copy(), terminated)
+        self.prev_done = np.asarray(terminated | truncated, bool)
+
+    def _write_row(self, obs, rewards, is_first, terminal) -> None:
+        self.step += 1
+        slot = self.step % self.rows_per_env
+        self.obs[slot] = obs
+        self.rewards[slot] = np.where(is_first, 0.0, rewards)
+        self.is_first[slot] = is_first
+        self.is_terminal[slot] = terminal
+        self.actions[slot] = 0
+        self.has_latent[slot] = False
+
+    # ---------------------------------------------------------------- sampling
+
+    def starts(self, length: int) -> int:
+        """How many windows of `length` trained steps (plus the context row) each env can give now."""
+        oldest = max(0, self.step - self.rows_per_env + 1)
+        return max(0, self.step - length - oldest + 1)
+
+    def __len__(self) -> int:
+        """Steps stored (all envs)."""
+        return (min(self.step + 1, self.rows_per_env)) * self.num_envs if self.step >= 0 else 0
+
+    def sample(self, batch_size: int, length: int, rng: np.random.Generator) -> SequenceBatch:
+        """`batch_size` windows of `length + 1` rows, uniformly over starts and envs (with replacement)."""
+        count = self.starts(length)
+        if count <= 0:
+            raise ValueError(f"the sequence replay holds no window of {length + 1} steps yet")
+        oldest = max(0, self.step - self.rows_per_env + 1)
+        rows = oldest + rng.integers(0, count, batch_size)
+        envs = rng.integers(0, self.num_envs, batch_size)
+        slots = (rows[:, None] + np.arange(length + 1)[None]) % self.rows_per_env  # [N, L+1]
+        cols = envs[:, None]
+        return SequenceBatch(
+            obs=self.obs[slots, cols], actions=self.actions[slots, cols], rewards=self.rewards[slots, cols],
+            is_first=self.is_first[slots, cols], is_terminal=self.is_terminal[slots, cols],
+            latents=self.latents[slots, cols], has_latent=self.has_latent[slots, cols], rows=rows, envs=envs)
+
+    def write_latents(self, rows: np.ndarray, envs: np.ndarray, latents: np.ndarray) -> None:
+        """Store `latents` [N, K, latent_size] for rows rows[i] .. rows[i] + K - 1 of env envs[i] (those still
+        stored: a row overwritten since it was sampled is left alone)."""
+        K = latents.shape[1]
+        absolute = rows[:, None] + np.arange(K)[None]
+        keep = absolute > self.step - self.rows_per_env
+        slots = absolute % self.rows_per_env
+        cols = np.broadcast_to(envs[:, None], absolute.shape)
+        self.latents[slots[keep], cols[keep]] = latents[keep]
+        self.has_latent[slots[keep], cols[keep]] = True
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def _storage(self) -> dict[str, np.ndarray]:
+        return {"obs": self.obs, "actions": self.actions, "rewards": self.rewards, "is_first": self.is_first,
+                "is_terminal": self.is_terminal, "latents": self.latents, "has_latent": self.has_latent}
+
+    def _config(self) -> np.ndarray:
+        return np.array([self.capacity, self.num_envs, self.latent_size], np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._storage().values())
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Plain arrays for `np.savez` (loadable with allow_pickle=False), cut to the rows written so far; views,
+        not copies: save them before the next `add`."""
+        used = min(self.step + 1, self.rows_per_env)
+        state = {name: array[:used] for name, array in self._storage().items()}
+        state.update(config=self._config(), step=np.array(self.step, np.int64), prev_done=self.prev_done.copy())
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore `state_dict()`. Raises ValueError, changing nothing, when it does not fit this buffer."""
+        missing = [name for name in [*self._storage(), "config", "step", "prev_done"] if name not in state]
+        if missing:
+            raise ValueError(f"sequence replay state lacks {', '.join(missing)}")
+        if not np.array_equal(state["config"], self._config()):
+            raise ValueError(f"sequence replay state for [capacity, num_envs, latent_size] = "
+                             f"{state['config'].tolist()}; this buffer has {self._config().tolist()}")
+        used = min(int(state["step"]) + 1, self.rows_per_env)
+        for name, array in self._storage().items():
+            got = state[name]
+            if got.dtype != array.dtype or got.shape != (used, *array.shape[1:]):
+                raise ValueError(f"sequence replay state '{name}': {got.dtype} {got.shape}, expected {array.dtype} "
+                                 f"{(used, *array.shape[1:])}")
+        for name, array in self._storage().items():
+            array[:used] = state[name]
+            array[used:] = 0
+        self.step = int(state["step"])
+        self.prev_done = np.array(state["prev_done"], bool)
