@@ -1,6 +1,6 @@
 """Exact resume: a run killed with SIGKILL (or stopped by SIGTERM) and resumed from its last checkpoint
 writes the same metrics.csv rows, timing columns aside, as the same run never interrupted — for PPO on
-CartPole and on MuJoCo's Hopper, and for DQN and SAC, whose replay buffers travel in the checkpoint's .npz."""
+CartPole and on MuJoCo's Hopper, and for DQN, SAC and DreamerV3, whose replay buffers travel in the checkpoint's .npz."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ CASES = {
     "hopper": ("Hopper-v5:ppo", 6_144, ["env.num_envs=2", "env.vectorization=sync", "algo.num_steps=256",
                                         "algo.minibatch_size=128", "algo.update_epochs=2", "checkpoint.every_steps=1024",
                                         "eval.every_steps=2048", "eval.episodes=2", "env.max_episode_steps=300"], 2_600),
+    # DreamerV3 (a tiny model): the sequence replay with its stored latents, the acting state, the slow critic, the
+    # return scale and the update ratio's carried fraction travel in the checkpoint
+    "dreamer": ("MountainCarContinuous-v0:dreamer", 480, [
+        "algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.model.rssm.blocks=4", "algo.model.units=32",
+        "algo.units=32", "algo.batch_size=4", "algo.batch_length=8", "algo.train_ratio=16", "algo.collect_steps=8",
+        "checkpoint.every_steps=64", "eval.every_steps=160", "eval.episodes=1", "env.max_episode_steps=100"], 200),
     # one run across two processes (--nproc 2), normalisation statistics merged over the ranks every iteration
     "cartpole-2ranks": ("CartPole-v1:ppo", 24_576, ["--nproc", "2", "env.normalize_obs=true", "env.normalize_reward=true",
                                                     "checkpoint.every_steps=2048", "eval.every_steps=4096"], 9_000),
@@ -60,7 +66,7 @@ def last_step(path: Path) -> int:
 
 
 @pytest.mark.parametrize("case, stop", [("cartpole", "SIGKILL"), ("cartpole", "SIGTERM"), ("hopper", "SIGKILL"),
-                                        ("dm_control", "SIGKILL"),
+                                        ("dm_control", "SIGKILL"), ("dreamer", "SIGKILL"),
                                         ("dqn", "SIGKILL"), ("sac", "SIGKILL"), ("cartpole-2ranks", "SIGKILL"),
                                         ("cartpole-2ranks", "SIGTERM")])
 def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):

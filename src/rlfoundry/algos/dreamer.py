@@ -1,0 +1,369 @@
+"""DreamerV3 (Hafner et al. 2023, arXiv:2301.04104 v2 / Nature 2025), following the reference code's current
+version throughout (danijar/dreamerv3 HEAD, read at f8817c4; fact sheet shared/world-models/dreamer_planet.md,
+column V3-HEAD): block-GRU RSSM with RMSNorm, zero initial state, replay context, one LaProp optimizer with AGC,
+REINFORCE for discrete and continuous actions, the replay value loss, the discount inside the continue head.
+
+    every env step (all envs): act with the posterior state, store the step and the state in the sequence replay;
+        once the replay holds batch_size · batch_length steps, train_ratio / (batch_size · batch_length) updates
+        per env step (the reference's `Ratio`: fractions carried over, the first call gives one)
+    one update, on batch_size windows of batch_length steps plus a context step (whose stored state starts it):
+        world model: `LatentModel.loss`
+        imagination, without gradients: from every posterior state, `imag_horizon` steps of policy samples and
+            the prior; rewards r̂ and continues ĉ from the heads, values v from the critic
+        R = λ-returns(r̂, ĉ, v), w = cumprod(ĉ), S = max(1, EMA P95(R) - EMA P5(R))
+        policy: -w · (log π(a|s) · (R - v) / S + actent · H[π(·|s)])
+        critic: w · (two-hot CE(R) + slowreg · two-hot CE(slow critic's value))
+        replay critic: the same on the replayed states, λ-returns bootstrapped by the imagined returns (weight 0.3,
+            its gradient reaches the world model)
+        one optimizer step on the sum; slow critic ← 0.02 · critic + 0.98 · slow critic
+        the posterior states go back into the replay, to start later windows there
+
+Deliberate choices: evaluation with `eval.deterministic` takes the policy's mode (the reference always samples);
+continuous actions are the policy's unclipped samples in [-1, 1] units, clipped and scaled to the env's bounds on
+the way out (the reference's ClipAction and NormalizeAction wrappers); replay is uniform (the reference also
+serves each fresh window once first, `replay.online`).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from torch import nn
+from torch.distributions import Categorical
+
+from rlfoundry.algos.base import Agent, Iteration, Memory
+from rlfoundry.buffers.sequences import SequenceReplay
+from rlfoundry.config.base import StrictModel
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.envs import env_seed
+from rlfoundry.world_models import dists
+from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
+from rlfoundry.world_models.laprop import LaProp
+from rlfoundry.world_models.latent import LatentModel, LatentModelConfig
+from rlfoundry.world_models.layers import mlp, output_layer
+from rlfoundry.world_models.rssm import RSSM, State
+
+# The reference's model sizes (configs.yaml `size*`): RSSM deter / hidden / classes, and the width of every MLP.
+SIZES = {"size1m": (512, 64, 4, 64), "size12m": (2048, 256, 16, 256), "size25m": (3072, 384, 24, 384),
+         "size50m": (4096, 512, 32, 512), "size100m": (6144, 768, 48, 768), "size200m": (8192, 1024, 64, 1024)}
+
+
+class DreamerConfig(StrictModel):
+    name: Literal["dreamer"] = "dreamer"
+    size: Literal[tuple(SIZES)] | None = Field(  # type: ignore[valid-type]
+        "size1m", description="A reference model size: fills model.rssm.{deter,hidden,classes} and every width "
+                              "(model.units, policy/critic units) where they are not given; null: give them all.")
+    model: LatentModelConfig = Field(default_factory=LatentModelConfig, description="The world model.")
+    units: PositiveInt = Field(64, description="Width of the policy and critic MLPs.")
+    policy_layers: PositiveInt = Field(3, description="Hidden layers of the policy.")
+    critic_layers: PositiveInt = Field(3, description="Hidden layers of the critic.")
+    batch_size: PositiveInt = Field(16, description="Replayed windows per update.")
+    batch_length: PositiveInt = Field(64, description="Trained steps per window (plus one context step).")
+    train_ratio: PositiveFloat = Field(512.0, description="Replayed steps per env step: updates per env step = "
+                                                          "train_ratio / (batch_size · batch_length).")
+    imag_horizon: PositiveInt = Field(15, description="Imagined steps from each start state.")
+    horizon: PositiveFloat = Field(333.0, description="Discount γ = 1 - 1/horizon, inside the continue target.")
+    lam: float = Field(0.95, ge=0, le=1, description="λ of the returns.")
+    actent: NonNegativeFloat = Field(3e-4, description="Entropy scale of the policy loss.")
+    slow_rate: float = Field(0.02, gt=0, le=1, description="EMA rate of the slow critic, every update.")
+    slowreg: NonNegativeFloat = Field(1.0, description="Weight of the critic's regulariser towards the slow critic.")
+    repval: NonNegativeFloat = Field(0.3, description="Weight of the replay critic loss.")
+    lr: PositiveFloat = Field(4e-5, description="Learning rate of the one LaProp optimizer.")
+    warmup: NonNegativeInt = Field(1000, description="Updates of linear learning-rate warm-up from 0.")
+    agc: NonNegativeFloat = Field(0.3, description="Adaptive gradient clipping ratio (0: off).")
+    min_std: PositiveFloat = Field(0.1, description="Continuous policy: smallest std.")
+    max_std: PositiveFloat = Field(1.0, description="Continuous policy: largest std.")
+    replay_size: PositiveInt = Field(5_000_000, description="Replay capacity in steps (all envs); capped at the "
+                                                            "run's total_timesteps.")
+    collect_steps: PositiveInt = Field(16, description="Vector env steps per iteration (between the trainer's "
+                                                       "evaluations, logs and checkpoints).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size(cls, data: Any) -> Any:
+        """A named size fills what the config leaves unset."""
+        if not isinstance(data, dict) or data.get("size", "size1m") is None:
+            return data
+        size = data.get("size", "size1m")
+        if size not in SIZES:
+            return data  # the field's own validation names the allowed sizes
+        deter, hidden, classes, units = SIZES[size]
+        model = dict(data.get("model") or {})
+        model["rssm"] = {"deter": deter, "hidden": hidden, "classes": classes, **(model.get("rssm") or {})}
+        model.setdefault("units", units)
+        return {"units": units, **data, "model": model}
+
+    def check_with(self, num_envs: int) -> None:
+        if self.train_ratio / (self.batch_size * self.batch_length) > 64:
+            raise ValueError(f"algo.train_ratio = {self.train_ratio:g}: more than 64 updates per env step")
+
+    @staticmethod
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
+        """An id without a preset: one env, observations as they come (the world model symlogs them)."""
+        return {"env": {"num_envs": 1, "vectorization": "sync", "normalize_obs": False, "normalize_reward": False},
+                "train": {"total_timesteps": 100_000}}
+
+
+def policy_distribution(out: torch.Tensor, discrete: bool, min_std: float, max_std: float):
+    return Categorical(logits=out.float()) if discrete else dists.bounded_normal(out, min_std, max_std)
+
+
+class Dreamer(Agent):
+    def __init__(self, cfg, spec, device: torch.device):
+        self.cfg, self.spec, self.device = cfg, spec, device
+        self.algo: DreamerConfig = cfg.algo
+        algo = self.algo
+        if len(spec.obs_shape) != 1:
+            raise ConfigError(f"algo.name = 'dreamer': {spec.id} gives {spec.observation_space} observations; this "
+                              f"version of rlfoundry's DreamerV3 takes vector observations (a 1-D Box)")
+        self.discrete = spec.discrete
+        if not self.discrete and len(spec.action_space.shape) != 1:
+            raise ConfigError(f"algo.name = 'dreamer': {spec.id}'s actions {spec.action_space}: need Discrete or a 1-D Box")
+        action_size = int(spec.action_space.n) if self.discrete else spec.action_space.shape[0]
+        self.model = LatentModel(algo.model, spec.obs_shape[0], action_size, self.discrete).to(device)
+        feature_size = self.model.rssm.feature_size
+        outputs = action_size if self.discrete else 2 * action_size
+        self.policy = nn.Sequential(mlp(feature_size, algo.units, algo.policy_layers),
+                                    output_layer(algo.units, outputs, 0.01)).to(device)
+        self.critic = nn.Sequential(mlp(feature_size, algo.units, algo.critic_layers),
+                                    output_layer(algo.units, algo.model.bins, 0.0)).to(device)
+        self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        params = [*self.model.parameters(), *self.policy.parameters(), *self.critic.parameters()]
+        self.optimizer = LaProp(params, lr=algo.lr, eps=1e-20, agc=algo.agc, warmup=algo.warmup)
+        self.retnorm = PercentileScale()
+        capacity = min(algo.replay_size, cfg.train.total_timesteps + spec.num_envs)
+        capacity = max(capacity, spec.num_envs * (algo.batch_length + 2))
+        action_shape, action_dtype = ((), np.int64) if self.discrete else ((action_size,), np.float32)
+        self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
+                                     action_dtype, feature_size)
+        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
+        self.discount = 1.0 - 1.0 / algo.horizon
+        self.obs: np.ndarray | None = None  # the observation the next step starts from
+        self.memory = Memory()  # the acting state: (State, previous actions) and which observations begin episodes
+        self.env_steps = 0
+        self.updates = 0
+        self.ratio_last: float | None = None  # the reference's Ratio: env steps accounted for so far
+        if not self.discrete:
+            low, high = spec.action_space.low, spec.action_space.high
+            self.action_low, self.action_scale = low.astype(np.float32), ((high - low) / 2).astype(np.float32)
+
+    # ------------------------------------------------------------------ acting
+
+    def _act(self, obs: np.ndarray, memory: Memory, sample: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Actions (policy units) and the posterior features after `obs`, updating `memory`."""
+        n = obs.shape[0]
+        rssm = self.model.rssm
+        if memory.state is None:
+            memory.state = (rssm.initial(n, self.device), torch.zeros(n, *self.replay.action_shape, device=self.device))
+            starts = np.ones(n, bool)
+        else:
+            starts = memory.starts if memory.starts is not None else np.zeros(n, bool)
+        state, prev = memory.state
+        with torch.no_grad():
+            embed = self.model.embed(torch.as_tensor(obs, device=self.device))
+            state, _ = rssm.observe_step(state, rssm.action_input(prev), embed,
+                                         torch.as_tensor(starts, device=self.device))
+            feats = RSSM.features(state)
+            dist = policy_distribution(self.policy(feats), self.discrete, self.algo.min_std, self.algo.max_std)
+            if sample:
+                actions = dist.sample()
+            else:
+                actions = dist.probs.argmax(-1) if self.discrete else dist.mean
+        memory.state = (state, actions)
+        return actions.cpu().numpy(), feats.cpu().numpy()
+
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
+        if self.discrete:
+            return actions
+        return self.action_low + (np.clip(actions, -1.0, 1.0) + 1.0) * self.action_scale
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
+        memory = memory if memory is not None else Memory()
+        actions, _ = self._act(np.asarray(obs), memory, sample=not deterministic)
+        return self._env_actions(actions)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _updates_owed(self) -> int:
+        """The reference's `Ratio(train_ratio / (batch_size · batch_length))` at the current env step."""
+        if len(self.replay) < self.algo.batch_size * self.algo.batch_length \
+                or self.replay.starts(self.algo.batch_length) <= 0:
+            return 0
+        rate = self.algo.train_ratio / (self.algo.batch_size * self.algo.batch_length)
+        if self.ratio_last is None:
+            self.ratio_last = float(self.env_steps)
+            return 1
+        owed = int((self.env_steps - self.ratio_last) * rate)
+        self.ratio_last += owed / rate
+        return owed
+
+    def iterate(self, envs, progress: float) -> Iteration:
+        if self.obs is None:
+            self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
+            self.replay.start(self.obs)
+            self.memory = Memory()
+        returns, lengths, totals = [], [], {}
+        time_env = time_act = time_learn = 0.0
+        updates = 0
+        for _ in range(self.algo.collect_steps):
+            tick = time.perf_counter()
+            actions, feats = self._act(self.obs, self.memory, sample=True)
+            middle = time.perf_counter()
+            next_obs, rewards, terminated, truncated, info = envs.step(self._env_actions(actions))
+            time_act += middle - tick
+            time_env += time.perf_counter() - middle
+            self.replay.add(actions, feats, next_obs, rewards, terminated, truncated)
+            self.memory.ended(terminated | truncated)
+            self.obs = next_obs
+            self.env_steps += self.spec.num_envs
+            if "_episode" in info:
+                ended = info["_episode"]
+                returns.extend(info["episode"]["r"][ended].tolist())
+                lengths.extend(info["episode"]["l"][ended].tolist())
+            start = time.perf_counter()
+            for _ in range(self._updates_owed()):
+                for key, value in self._learn().items():
+                    totals[key] = totals.get(key, 0.0) + float(value)
+                updates += 1
+            time_learn += time.perf_counter() - start
+        metrics = {key: value / updates for key, value in totals.items()}
+        metrics.update({"diag/replay_size": float(len(self.replay)), "diag/updates": float(self.updates),
+                        "time/env": time_env, "time/act": time_act, "time/learn": time_learn})
+        return Iteration(self.algo.collect_steps * self.spec.num_envs, metrics, returns, lengths)
+
+    # ------------------------------------------------------------------ one update
+
+    def _learn(self) -> dict[str, torch.Tensor]:
+        algo = self.algo
+        batch = self.replay.sample(algo.batch_size, algo.batch_length, self.rng)
+        tensor = lambda a: torch.as_tensor(a, device=self.device).transpose(0, 1)  # batch-major -> time-major
+        obs, actions, rewards = tensor(batch.obs), tensor(batch.actions), tensor(batch.rewards)
+        is_first, is_terminal = tensor(batch.is_first), tensor(batch.is_terminal)
+        context = tensor(batch.latents)[0] * tensor(batch.has_latent)[0].unsqueeze(-1)
+        rssm = self.model.rssm
+        terms, states = self.model.loss(rssm.state_of(context), obs[1:], rssm.action_input(actions[:-1]),
+                                        rewards[1:], is_first[1:], is_terminal[1:], self.discount)
+        feats = RSSM.features(states)  # [T, B, F]
+        imagined = self._imagine(feats.detach().flatten(0, 1))
+        policy_loss, value_loss, returns, stats = self._actor_critic_losses(*imagined)
+        repval_loss = self._replay_value_loss(feats, returns[0].reshape(feats.shape[:2]), rewards[1:], is_first[1:],
+                                              is_terminal[1:])
+        wm_loss = terms["loss"].mean()
+        loss = wm_loss + policy_loss + value_loss + algo.repval * repval_loss
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"DreamerV3 loss is {loss.item()} at update {self.updates + 1}: "
+                                     + ", ".join(f"{k} {v.mean().item():.4g}" for k, v in terms.items()))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        with torch.no_grad():
+            for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
+                slow.lerp_(fast, algo.slow_rate)
+        self.updates += 1
+        self.replay.write_latents(batch.rows + 1, batch.envs, feats.detach().transpose(0, 1).cpu().numpy())
+        out = {f"loss/{name}": value.detach().mean() for name, value in terms.items() if name != "loss"}
+        out.update({"loss/world_model": wm_loss.detach(), "loss/policy": policy_loss.detach(),
+                    "loss/value": value_loss.detach(), "loss/repval": repval_loss.detach(), **stats})
+        return out
+
+    @torch.no_grad()
+    def _imagine(self, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`imag_horizon` steps of the policy and the prior from start features [K, F] -> features [H+1, K, F] and
+        the action taken in each of them [H+1, K, ...]."""
+        rssm = self.model.rssm
+        state = rssm.state_of(start)
+        feats, actions = [start], []
+        for _ in range(self.algo.imag_horizon):
+            action = self._policy(feats[-1]).sample()
+            actions.append(action)
+            state, _ = rssm.imagine_step(state, rssm.action_input(action))
+            feats.append(RSSM.features(state))
+        actions.append(self._policy(feats[-1]).sample())
+        return torch.stack(feats), torch.stack(actions)
+
+    def _policy(self, feats: torch.Tensor):
+        return policy_distribution(self.policy(feats), self.discrete, self.algo.min_std, self.algo.max_std)
+
+    def _actor_critic_losses(self, feats: torch.Tensor, actions: torch.Tensor):
+        algo, twohot = self.algo, self.model.twohot
+        with torch.no_grad():
+            rewards = self.model.predict_reward(feats)  # [H+1, K]: r̂_t on arriving at s_t
+            cont = self.model.predict_continue(feats)
+            values = twohot.mean(self.critic(feats))
+            slow = twohot.mean(self.slow_critic(feats))
+            returns = lambda_returns(rewards, cont, values, algo.lam)  # [H, K]
+            weights = torch.cumprod(cont, 0)[:-1]
+            scale = self.retnorm(returns)
+            advantages = (returns - values[:-1]) / scale
+        dist = self._policy(feats[:-1])
+        policy_loss = -(weights * (dist.log_prob(actions[:-1]) * advantages + algo.actent * dist.entropy())).mean()
+        logits = self.critic(feats[:-1])
+        value_loss = (weights * (twohot.loss(logits, returns) + algo.slowreg * twohot.loss(logits, slow[:-1]))).mean()
+        stats = {"diag/return_scale": scale, "diag/imagined_return": returns.mean(), "diag/value": values.mean(),
+                 "diag/entropy": dist.entropy().detach().mean()}
+        return policy_loss, value_loss, returns, stats
+
+    def _replay_value_loss(self, feats, boot, rewards, is_first, is_terminal) -> torch.Tensor:
+        """The critic on the replayed states [T, B, F] (gradient into the world model), towards λ-returns of the
+        real rewards bootstrapped by the imagined returns `boot` [T, B], cut at episode ends."""
+        algo, twohot = self.algo, self.model.twohot
+        terminal = is_terminal.float()
+        last = terminal.clone()  # a step is an episode's last when it terminates or the next one starts afresh
+        last[:-1] = torch.maximum(last[:-1], is_first[1:].float())
+        with torch.no_grad():
+            targets = lambda_returns(rewards, self.discount * (1 - terminal), boot, algo.lam * (1 - last))
+            slow = twohot.mean(self.slow_critic(feats[:-1]))
+        logits = self.critic(feats[:-1])
+        per_step = twohot.loss(logits, targets) + algo.slowreg * twohot.loss(logits, slow)
+        return ((1 - last[:-1]) * per_step).mean()
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def forget_env_position(self) -> None:
+        self.obs = None
+
+    def state_dict(self) -> dict[str, Any]:
+        replay = self.replay.state_dict()
+        if self.obs is not None:
+            state, prev = self.memory.state
+            flags = lambda a: np.zeros(len(self.obs), bool) if a is None else np.asarray(a, bool)
+            replay.update(current_obs=np.ascontiguousarray(self.obs), acting_deter=state.deter.cpu().numpy(),
+                          acting_stoch=state.stoch.cpu().numpy(), acting_prev=prev.cpu().numpy(),
+                          acting_starts=flags(self.memory.starts), acting_ended=flags(self.memory._ended))
+        return {
+            "model": self.model.state_dict(), "policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
+            "slow_critic": self.slow_critic.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "retnorm": self.retnorm.state_dict(),
+            "replay": replay,  # numpy arrays: they go to the checkpoint's .npz
+            "counters": {"env_steps": self.env_steps, "updates": self.updates, "ratio_last": self.ratio_last,
+                         "rng": self.rng.bit_generator.state},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.slow_critic.load_state_dict(state["slow_critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.retnorm.load_state_dict(state["retnorm"])
+        replay = dict(state["replay"])
+        current = replay.pop("current_obs", None)
+        acting = {key: replay.pop(key) for key in ("acting_deter", "acting_stoch", "acting_prev", "acting_starts",
+                                                   "acting_ended") if key in replay}
+        self.replay.load_state_dict(replay)
+        self.obs, self.memory = None, Memory()
+        if current is not None:
+            self.obs = np.array(current)
+            tensor = lambda a: torch.as_tensor(np.array(a), device=self.device)
+            self.memory.state = (State(tensor(acting["acting_deter"]), tensor(acting["acting_stoch"])),
+                                 tensor(acting["acting_prev"]))
+            self.memory.starts = np.array(acting["acting_starts"], bool)
+            self.memory._ended = np.array(acting["acting_ended"], bool)
+        counters = state["counters"]
+        self.env_steps, self.updates, self.ratio_last = counters["env_steps"], counters["updates"], counters["ratio_last"]
+        self.rng.bit_generator.state = counters["rng"]

@@ -1,0 +1,79 @@
+"""DreamerV3's pieces that need the agent: the model sizes, the update ratio, the world model fitting a fixed batch,
+and the replay value targets. The λ-returns, two-hot, KL balance, optimizer and RSSM have their own tests; exact
+resume is a case of tests/e2e/test_resume.py."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlfoundry import envs as envs_lib
+from rlfoundry.algos.dreamer import Dreamer, DreamerConfig
+from rlfoundry.spec.load import load_config
+
+TINY = ["algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.model.rssm.blocks=4", "algo.model.units=32",
+        "algo.units=32", "algo.batch_size=4", "algo.batch_length=8"]
+
+
+def agent_for(spec: str, overrides: list[str]):
+    cfg = load_config(spec, overrides)
+    envs, env_spec = envs_lib.make(cfg.env)
+    torch.manual_seed(0)
+    return Dreamer(cfg, env_spec, torch.device("cpu")), envs
+
+
+def test_a_named_size_fills_what_is_not_given():
+    big = DreamerConfig(size="size12m")
+    assert (big.model.rssm.deter, big.model.rssm.hidden, big.model.rssm.classes, big.model.units, big.units) == \
+           (2048, 256, 16, 256, 256)
+    mixed = DreamerConfig.model_validate({"size": "size12m", "model": {"rssm": {"deter": 1024}}, "units": 128})
+    assert (mixed.model.rssm.deter, mixed.model.rssm.hidden, mixed.units) == (1024, 256, 128)
+    assert DreamerConfig().model.rssm.deter == 512  # size1m by default
+    with pytest.raises(ValueError, match="size"):
+        DreamerConfig(size="size3m")
+
+
+def test_updates_follow_the_train_ratio_with_fractions_carried_over():
+    agent, envs = agent_for("MountainCarContinuous-v0:dreamer", [*TINY, "algo.train_ratio=12", "algo.collect_steps=1"])
+    updates = []
+    for _ in range(100):
+        agent.iterate(envs, 0.0)
+        updates.append(agent.updates)
+    envs.close()
+    # training starts once the replay holds batch_size · batch_length = 32 observations (the first one and 31 env
+    # steps), with one update at once, then 12 / 32 updates per env step
+    first = next(i for i, n in enumerate(updates) if n > 0)
+    assert first == 30 and updates[first] == 1
+    assert updates[-1] - updates[first] == int((100 - 1 - first) * 12 / 32)
+
+
+def test_the_world_model_fits_a_fixed_batch():
+    agent, envs = agent_for("MountainCarContinuous-v0:dreamer", [*TINY, "algo.train_ratio=1", "algo.collect_steps=64"])
+    agent.iterate(envs, 0.0)
+    envs.close()
+    batch = agent.replay.sample(4, 8, np.random.default_rng(0))
+    model, rssm = agent.model, agent.model.rssm
+    tensor = lambda a: torch.as_tensor(a).transpose(0, 1)
+    obs, actions, rewards = tensor(batch.obs), tensor(batch.actions), tensor(batch.rewards)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(150):
+        torch.manual_seed(0)
+        terms, _ = model.loss(rssm.initial(4), obs[1:], rssm.action_input(actions[:-1]), rewards[1:],
+                              tensor(batch.is_first)[1:], tensor(batch.is_terminal)[1:], agent.discount)
+        losses.append({name: value.mean().item() for name, value in terms.items()})
+        optimizer.zero_grad()
+        terms["loss"].mean().backward()
+        optimizer.step()
+    assert losses[-1]["rec"] < 0.05 * losses[0]["rec"]
+    assert losses[-1]["rew"] < 0.2 * losses[0]["rew"]
+    assert losses[-1]["con"] < 0.2 * losses[0]["con"]
+
+
+def test_a_pixel_env_is_refused_with_a_clear_message():
+    from rlfoundry.config.errors import ConfigError
+
+    cfg = load_config("MountainCarContinuous-v0:dreamer", TINY)
+    envs, catch = envs_lib.make(cfg.env.model_copy(update={"id": "rlfoundry/Catch-v0"}))
+    envs.close()
+    with pytest.raises(ConfigError, match="takes vector observations"):
+        Dreamer(cfg, catch, torch.device("cpu"))
