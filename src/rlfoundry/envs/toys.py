@@ -1,4 +1,5 @@
-"""Small pixel games for testing image pipelines and model-based learning quickly, registered as `rlfoundry/*` ids.
+"""Small games for testing image pipelines, continuous control and model-based learning quickly, registered as
+`rlfoundry/*` ids.
 
 `rlfoundry/Catch-v0` (`CatchEnv`): a ball falls one row per step from a random column of the top row; a paddle on
 the bottom row moves left, stays or moves right (`Discrete(3)`: 0, 1, 2). The step on which the ball reaches the
@@ -15,6 +16,13 @@ Observations are the last `frame_stack` RGB frames, uint8 [frame_stack * 3, heig
 frame-major then R, G, B (`rlfoundry.envs.atari`'s colour layout), with zeros (blank frames) before the reset frame;
 with `grayscale=True` one luminance channel per frame (ball 255, paddle 128), [frame_stack, height, width].
 All randomness (the balls' columns) comes from the env's `np_random`, seeded by `reset(seed=...)`.
+
+`rlfoundry/Reach-v0` (`ReachEnv`): a point on a line moves towards a goal, for testing continuous control from
+vectors in a few minutes (e.g. a latent world model learning in imagination). Observation [position, goal] (float32,
+both drawn uniformly from [-1, 1] at reset); action a in [-1, 1] moves the point by `speed · a` (clipped to the
+line); reward -|goal - position| after each move; `steps` steps per episode, the last one truncates it. Moving at
+full speed towards the goal and then staying is optimal, and `ReachEnv.best_return(position, goal)` gives its
+return, so a test can say how close to the optimum a policy comes.
 """
 
 from __future__ import annotations
@@ -98,7 +106,39 @@ class CatchEnv(gym.Env):
         return self.stack.reshape(self.observation_space.shape).copy()
 
 
-TOYS: dict[str, str] = {"rlfoundry/Catch-v0": "rlfoundry.envs.toys:CatchEnv"}
+class ReachEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, steps: int = 10, speed: float = 0.2):
+        self.steps, self.speed = steps, speed
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.position = self.goal = 0.0
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position, self.goal = (float(x) for x in self.np_random.uniform(-1.0, 1.0, 2))
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        move = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1.0, 1.0)) * self.speed
+        self.position = float(np.clip(self.position + move, -1.0, 1.0))
+        self.t += 1
+        return self._obs(), -abs(self.goal - self.position), False, self.t >= self.steps, {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.position, self.goal], np.float32)
+
+    def best_return(self, position: float, goal: float) -> float:
+        """The return of the optimal policy from this start: full speed to the goal, then stay."""
+        distance = abs(goal - position)
+        return -sum(max(0.0, distance - self.speed * t) for t in range(1, self.steps + 1))
+
+
+TOYS: dict[str, str] = {"rlfoundry/Catch-v0": "rlfoundry.envs.toys:CatchEnv",
+                        "rlfoundry/Reach-v0": "rlfoundry.envs.toys:ReachEnv"}
 
 
 def register_toys() -> None:
