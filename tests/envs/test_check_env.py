@@ -1,5 +1,5 @@
 """Gymnasium's `check_env` on the single envs rlfoundry builds itself, each as `env_fn` hands it to the vector env:
-our envs (bandits, Catch), our wrappers (MiniGrid's views, action repeat, config wrappers around them).
+our envs (bandits, Catch, Reach), our wrappers (MiniGrid's views, action repeat, config wrappers around them).
 
 The Atari single backend and the optional families check theirs in their own files (test_atari.py,
 test_dm_control.py, ...). `MaskObservation` and `FiniteCheck` wrap vector envs, which `check_env` does not take:
@@ -28,6 +28,7 @@ def built(env_cfg: EnvConfig) -> gym.Env:
 CASES = {
     **{f"bandit {env_id}": EnvConfig(id=env_id) for env_id in BANDITS},
     "Catch grey": EnvConfig(id="rlfoundry/Catch-v0", kwargs={"grayscale": True, "frame_stack": 1}),
+    "Reach": EnvConfig(id="rlfoundry/Reach-v0"),
     **{f"MiniGrid {view}": EnvConfig(id="MiniGrid-Empty-5x5-v0", minigrid={"view": view})
        for view in ("partial", "full", "rgb_partial", "rgb_full")},
     "action repeat": EnvConfig(id="Pendulum-v1", action_repeat=3),

@@ -228,3 +228,20 @@ def test_grayscale_catch_is_the_colour_game_in_luminance():
     image = rendered.render()
     assert image.shape == (20 * RENDER_SCALE, 16 * RENDER_SCALE, 3)
     assert np.array_equal(image[::RENDER_SCALE, ::RENDER_SCALE], np.repeat(obs[-1][..., None], 3, axis=-1))
+
+
+def test_reach_pays_the_distance_and_its_best_return_is_that_of_the_greedy_policy():
+    from rlfoundry.envs.toys import ReachEnv
+
+    env = ReachEnv(steps=10, speed=0.2)
+    for seed in range(20):
+        obs, _ = env.reset(seed=seed)
+        best, total, done = env.best_return(*obs), 0.0, False
+        while not done:
+            gap = obs[1] - obs[0]
+            obs, reward, terminated, truncated, _ = env.step(np.array([np.clip(gap / 0.2, -1, 1)], np.float32))
+            assert reward == pytest.approx(-abs(obs[1] - obs[0]), abs=1e-6)  # obs are float32
+            assert not terminated
+            total, done = total + reward, truncated
+        assert total == pytest.approx(best, abs=1e-5)
+        assert env.t == 10
