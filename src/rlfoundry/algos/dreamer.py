@@ -44,9 +44,11 @@ from rlfoundry.envs import env_seed
 from rlfoundry.world_models import dists
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
-from rlfoundry.world_models.latent import LatentModel, LatentModelConfig
+from rlfoundry.world_models.latent import (
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting,
+)
 from rlfoundry.world_models.layers import mlp, output_layer
-from rlfoundry.world_models.rssm import RSSM, State
+from rlfoundry.world_models.rssm import RSSM
 
 # The reference's model sizes (configs.yaml `size*`): RSSM deter / hidden / classes, and the width of every MLP.
 SIZES = {"size1m": (512, 64, 4, 64), "size12m": (2048, 256, 16, 256), "size25m": (3072, 384, 24, 384),
@@ -156,20 +158,10 @@ class Dreamer(Agent):
 
     def _act(self, obs: np.ndarray, memory: Memory, sample: bool) -> tuple[np.ndarray, np.ndarray]:
         """Actions (policy units) and the posterior features after `obs`, updating `memory`."""
-        n = obs.shape[0]
-        rssm = self.model.rssm
-        if memory.state is None:
-            memory.state = (rssm.initial(n, self.device), torch.zeros(n, *self.replay.action_shape, device=self.device))
-            starts = np.ones(n, bool)
-        else:
-            starts = memory.starts if memory.starts is not None else np.zeros(n, bool)
-        state, prev = memory.state
+        state = observe_latest(self.model, memory, obs, self.replay.action_shape)
         with torch.no_grad():
-            embed = self.model.embed(torch.as_tensor(obs, device=self.device))
-            state, _ = rssm.observe_step(state, rssm.action_input(prev), embed,
-                                         torch.as_tensor(starts, device=self.device))
             feats = RSSM.features(state)
-            dist = policy_distribution(self.policy(feats), self.discrete, self.algo.min_std, self.algo.max_std)
+            dist = self._policy(feats)
             if sample:
                 actions = dist.sample()
             else:
@@ -328,18 +320,12 @@ class Dreamer(Agent):
         self.obs = None
 
     def state_dict(self) -> dict[str, Any]:
-        replay = self.replay.state_dict()
-        if self.obs is not None:
-            state, prev = self.memory.state
-            flags = lambda a: np.zeros(len(self.obs), bool) if a is None else np.asarray(a, bool)
-            replay.update(current_obs=np.ascontiguousarray(self.obs), acting_deter=state.deter.cpu().numpy(),
-                          acting_stoch=state.stoch.cpu().numpy(), acting_prev=prev.cpu().numpy(),
-                          acting_starts=flags(self.memory.starts), acting_ended=flags(self.memory._ended))
         return {
             "model": self.model.state_dict(), "policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
             "slow_critic": self.slow_critic.state_dict(), "optimizer": self.optimizer.state_dict(),
             "retnorm": self.retnorm.state_dict(),
-            "replay": replay,  # numpy arrays: they go to the checkpoint's .npz
+            # numpy arrays: they go to the checkpoint's .npz
+            "replay": {**self.replay.state_dict(), **acting_arrays(self.memory, self.obs)},
             "counters": {"env_steps": self.env_steps, "updates": self.updates, "ratio_last": self.ratio_last,
                          "rng": self.rng.bit_generator.state},
         }
@@ -351,19 +337,10 @@ class Dreamer(Agent):
         self.slow_critic.load_state_dict(state["slow_critic"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.retnorm.load_state_dict(state["retnorm"])
-        replay = dict(state["replay"])
-        current = replay.pop("current_obs", None)
-        acting = {key: replay.pop(key) for key in ("acting_deter", "acting_stoch", "acting_prev", "acting_starts",
-                                                   "acting_ended") if key in replay}
+        replay = {key: value for key, value in state["replay"].items() if key not in ACTING_KEYS}
         self.replay.load_state_dict(replay)
-        self.obs, self.memory = None, Memory()
-        if current is not None:
-            self.obs = np.array(current)
-            tensor = lambda a: torch.as_tensor(np.array(a), device=self.device)
-            self.memory.state = (State(tensor(acting["acting_deter"]), tensor(acting["acting_stoch"])),
-                                 tensor(acting["acting_prev"]))
-            self.memory.starts = np.array(acting["acting_starts"], bool)
-            self.memory._ended = np.array(acting["acting_ended"], bool)
+        self.memory = Memory()
+        self.obs = restore_acting(state["replay"], self.memory, self.device)
         counters = state["counters"]
         self.env_steps, self.updates, self.ratio_last = counters["env_steps"], counters["updates"], counters["ratio_last"]
         self.rng.bit_generator.state = counters["rng"]

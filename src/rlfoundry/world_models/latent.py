@@ -11,12 +11,17 @@ heads, trained on replayed sequences with one loss per (batch, time) element:
     loss_t   = rec·rec_t + rew·rew_t + con·con_t + dyn·dyn_t + rep·rep_t        (1, 1, 1, 1, 0.1)
 
 The continue target carries the discount 1 - 1/horizon (HEAD `contdisc`), so imagination discounts through the
-continue head alone. Observations here are vectors; pixel observations (DreamerV3's CNN encoder and decoder) are
+continue head alone. PlaNet's settings (google-research/planet `scripts/configs.py`) are options of the same model:
+Gaussian latents and a GRU cell (`RSSMConfig`), ReLU without norms, a unit-variance Gaussian reward head weighted 10,
+no continue head, and one KL(q ‖ p) term with 3 free nats (`kl_balance: false`). Observations here are vectors; pixel observations (DreamerV3's CNN encoder and decoder) are
 refused by the agent with a clear message until they are added.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field, NonNegativeFloat, PositiveInt
@@ -30,10 +35,11 @@ from rlfoundry.world_models.rssm import RSSM, RSSMConfig, State
 
 class LossScales(StrictModel):
     rec: NonNegativeFloat = Field(1.0, description="Reconstruction (decoder).")
-    rew: NonNegativeFloat = Field(1.0, description="Reward head.")
+    rew: NonNegativeFloat = Field(1.0, description="Reward head (PlaNet: 10).")
     con: NonNegativeFloat = Field(1.0, description="Continue head.")
     dyn: NonNegativeFloat = Field(1.0, description="KL dynamics term (trains the prior); paper v1 used 0.5.")
     rep: NonNegativeFloat = Field(0.1, description="KL representation term (trains the posterior).")
+    kl: NonNegativeFloat = Field(1.0, description="The one KL term when kl_balance is off (PlaNet).")
 
 
 class LatentModelConfig(StrictModel):
@@ -43,7 +49,13 @@ class LatentModelConfig(StrictModel):
     decoder_layers: PositiveInt = Field(3, description="Hidden layers of the vector decoder.")
     head_layers: PositiveInt = Field(1, description="Hidden layers of the reward and continue heads.")
     bins: PositiveInt = Field(255, description="Two-hot bins of the reward head (and the critic).")
-    free_nats: NonNegativeFloat = Field(1.0, description="Free bits of each KL term, per (batch, time) element.")
+    free_nats: NonNegativeFloat = Field(1.0, description="Free bits of each KL term, per (batch, time) element "
+                                                         "(PlaNet: 3).")
+    kl_balance: bool = Field(True, description="DreamerV3's two KL terms (dyn, rep); false: PlaNet's one KL(q ‖ p) "
+                                               "training both sides.")
+    reward_head: Literal["twohot", "normal"] = Field(
+        "twohot", description="DreamerV3's two-hot over symexp bins, or PlaNet's unit-variance Gaussian.")
+    continue_head: bool = Field(True, description="Predict episode continuation (PlaNet has none).")
     loss_scales: LossScales = Field(default_factory=LossScales, description="Weights of the world-model terms.")
 
 
@@ -51,13 +63,16 @@ class LatentModel(nn.Module):
     def __init__(self, cfg: LatentModelConfig, obs_size: int, action_size: int, discrete_actions: bool):
         super().__init__()
         self.cfg = cfg
-        U = cfg.units
-        self.encoder = mlp(obs_size, U, cfg.encoder_layers)
+        U, norm, act = cfg.units, cfg.rssm.norm, cfg.rssm.act
+        self.encoder = mlp(obs_size, U, cfg.encoder_layers, norm, act)
         self.rssm = RSSM(cfg.rssm, action_size, U, discrete_actions)
         F_ = self.rssm.feature_size
-        self.decoder = nn.Sequential(mlp(F_, U, cfg.decoder_layers), output_layer(U, obs_size, 1.0))
-        self.reward = nn.Sequential(mlp(F_, U, cfg.head_layers), output_layer(U, cfg.bins, 0.0))
-        self.cont = nn.Sequential(mlp(F_, U, cfg.head_layers), output_layer(U, 1, 1.0))
+        self.decoder = nn.Sequential(mlp(F_, U, cfg.decoder_layers, norm, act), output_layer(U, obs_size, 1.0))
+        twohot = cfg.reward_head == "twohot"
+        self.reward = nn.Sequential(mlp(F_, U, cfg.head_layers, norm, act),
+                                    output_layer(U, cfg.bins, 0.0) if twohot else output_layer(U, 1, 1.0))
+        self.cont = (nn.Sequential(mlp(F_, U, cfg.head_layers, norm, act), output_layer(U, 1, 1.0))
+                     if cfg.continue_head else None)
         self.twohot = dists.TwoHot(cfg.bins)
 
     def _apply(self, fn, recurse=True):  # keep the two-hot bins on the model's device
@@ -75,19 +90,73 @@ class LatentModel(nn.Module):
         posterior states [T, N, ...])."""
         states, post, prior = self.rssm.observe(start, prev_actions, self.embed(obs), is_first)
         feats = RSSM.features(states)
-        scales = self.cfg.loss_scales
-        terms = {
-            "rec": (self.decoder(feats) - dists.symlog(obs.float())).square().sum(-1),
-            "rew": self.twohot.loss(self.reward(feats), rewards),
-            "con": F.binary_cross_entropy_with_logits(
-                self.cont(feats).squeeze(-1), (1.0 - is_terminal.float()) * discount, reduction="none"),
-        }
-        terms["dyn"], terms["rep"] = dists.kl_balance(self.rssm.kl, post, prior, self.cfg.free_nats)
-        terms["loss"] = sum(getattr(scales, name) * terms[name] for name in ("rec", "rew", "con", "dyn", "rep"))
+        cfg = self.cfg
+        terms = {"rec": (self.decoder(feats) - dists.symlog(obs.float())).square().sum(-1)}
+        if cfg.reward_head == "twohot":
+            terms["rew"] = self.twohot.loss(self.reward(feats), rewards)
+        else:  # -log N(r; μ, 1) up to a constant
+            terms["rew"] = 0.5 * (self.reward(feats).squeeze(-1) - rewards).square()
+        if self.cont is not None:
+            terms["con"] = F.binary_cross_entropy_with_logits(
+                self.cont(feats).squeeze(-1), (1.0 - is_terminal.float()) * discount, reduction="none")
+        if cfg.kl_balance:
+            terms["dyn"], terms["rep"] = dists.kl_balance(self.rssm.kl, post, prior, cfg.free_nats)
+        else:  # PlaNet: max(KL, free) has the gradient of max(0, KL - free) (google-research/planet, both eras)
+            terms["kl"] = self.rssm.kl(*post, *prior).clamp(min=cfg.free_nats)
+        terms["loss"] = sum(getattr(cfg.loss_scales, name) * term for name, term in terms.items())
         return terms, states
 
     def predict_reward(self, feats: torch.Tensor) -> torch.Tensor:
-        return self.twohot.mean(self.reward(feats))
+        out = self.reward(feats)
+        return self.twohot.mean(out) if self.cfg.reward_head == "twohot" else out.squeeze(-1)
 
     def predict_continue(self, feats: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.cont(feats).squeeze(-1))
+
+
+# ---------------------------------------------------------------- acting with a latent model (DreamerV3, PlaNet)
+
+
+def observe_latest(model: LatentModel, memory, obs: np.ndarray, action_shape: tuple[int, ...]) -> State:
+    """The posterior state after `obs` [N, ...] from the state and previous actions `memory.state` holds (zeros and
+    an episode start at the first call), without gradients. The caller stores (state, its actions) back into
+    `memory.state`; `memory.starts` says which observations begin episodes (see `rlfoundry.algos.base.Memory`)."""
+    n = obs.shape[0]
+    device = model.decoder[-1].weight.device
+    if memory.state is None:
+        memory.state = (model.rssm.initial(n, device), torch.zeros(n, *action_shape, device=device))
+        starts = np.ones(n, bool)
+    else:
+        starts = memory.starts if memory.starts is not None else np.zeros(n, bool)
+    state, prev = memory.state
+    with torch.no_grad():
+        embed = model.embed(torch.as_tensor(obs, device=device))
+        state, _ = model.rssm.observe_step(state, model.rssm.action_input(prev), embed,
+                                           torch.as_tensor(starts, device=device))
+    return state
+
+
+def acting_arrays(memory, obs: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The acting position for a checkpoint's .npz: the observation the next step starts from, the memory's state,
+    previous actions and episode-start flags (nothing before the first step)."""
+    if obs is None or memory.state is None:
+        return {}
+    state, prev = memory.state
+    flags = lambda a: np.zeros(len(obs), bool) if a is None else np.asarray(a, bool)
+    return {"current_obs": np.ascontiguousarray(obs), "acting_deter": state.deter.cpu().numpy(),
+            "acting_stoch": state.stoch.cpu().numpy(), "acting_prev": prev.cpu().numpy(),
+            "acting_starts": flags(memory.starts), "acting_ended": flags(memory._ended)}
+
+
+ACTING_KEYS = ("current_obs", "acting_deter", "acting_stoch", "acting_prev", "acting_starts", "acting_ended")
+
+
+def restore_acting(arrays: dict[str, np.ndarray], memory, device) -> np.ndarray | None:
+    """Put `acting_arrays`' state back into `memory`; returns the observation the next step starts from, or None."""
+    if "current_obs" not in arrays:
+        return None
+    tensor = lambda a: torch.as_tensor(np.array(a), device=device)
+    memory.state = (State(tensor(arrays["acting_deter"]), tensor(arrays["acting_stoch"])), tensor(arrays["acting_prev"]))
+    memory.starts = np.array(arrays["acting_starts"], bool)
+    memory._ended = np.array(arrays["acting_ended"], bool)
+    return np.array(arrays["current_obs"])
