@@ -1,6 +1,6 @@
 """Exact resume: a run killed with SIGKILL (or stopped by SIGTERM) and resumed from its last checkpoint
 writes the same metrics.csv rows, timing columns aside, as the same run never interrupted — for PPO on
-CartPole and on MuJoCo's Hopper, and for DQN, SAC and DreamerV3, whose replay buffers travel in the checkpoint's .npz."""
+CartPole and on MuJoCo's Hopper, and for DQN, SAC, DreamerV3 and PlaNet, whose replay buffers travel in the checkpoint's .npz."""
 
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ CASES = {
         "algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.model.rssm.blocks=4", "algo.model.units=32",
         "algo.units=32", "algo.batch_size=4", "algo.batch_length=8", "algo.train_ratio=16", "algo.collect_steps=8",
         "checkpoint.every_steps=64", "eval.every_steps=160", "eval.episodes=1", "env.max_episode_steps=100"], 200),
+    # PlaNet (a tiny model and planner): its replay, acting state and owed updates travel in the checkpoint
+    "planet": ("rlfoundry/Reach-v0:planet", 400, [
+        "algo.model.rssm.deter=32", "algo.model.rssm.hidden=32", "algo.model.rssm.stoch=8", "algo.model.units=32",
+        "algo.batch_size=4", "algo.batch_length=8", "algo.updates_per_episode=5", "algo.seed_episodes=2",
+        "algo.candidates=50", "algo.top_k=5", "algo.iterations=3", "algo.plan_horizon=5", "algo.collect_steps=8",
+        "checkpoint.every_steps=48", "eval.every_steps=160", "eval.episodes=1"], 150),
     # one run across two processes (--nproc 2), normalisation statistics merged over the ranks every iteration
     "cartpole-2ranks": ("CartPole-v1:ppo", 24_576, ["--nproc", "2", "env.normalize_obs=true", "env.normalize_reward=true",
                                                     "checkpoint.every_steps=2048", "eval.every_steps=4096"], 9_000),
@@ -66,7 +72,7 @@ def last_step(path: Path) -> int:
 
 
 @pytest.mark.parametrize("case, stop", [("cartpole", "SIGKILL"), ("cartpole", "SIGTERM"), ("hopper", "SIGKILL"),
-                                        ("dm_control", "SIGKILL"), ("dreamer", "SIGKILL"),
+                                        ("dm_control", "SIGKILL"), ("dreamer", "SIGKILL"), ("planet", "SIGKILL"),
                                         ("dqn", "SIGKILL"), ("sac", "SIGKILL"), ("cartpole-2ranks", "SIGKILL"),
                                         ("cartpole-2ranks", "SIGTERM")])
 def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):

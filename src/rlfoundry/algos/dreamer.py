@@ -45,7 +45,7 @@ from rlfoundry.world_models import dists
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting,
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, to_env_actions,
 )
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM
@@ -150,9 +150,6 @@ class Dreamer(Agent):
         self.env_steps = 0
         self.updates = 0
         self.ratio_last: float | None = None  # the reference's Ratio: env steps accounted for so far
-        if not self.discrete:
-            low, high = spec.action_space.low, spec.action_space.high
-            self.action_low, self.action_scale = low.astype(np.float32), ((high - low) / 2).astype(np.float32)
 
     # ------------------------------------------------------------------ acting
 
@@ -169,15 +166,10 @@ class Dreamer(Agent):
         memory.state = (state, actions)
         return actions.cpu().numpy(), feats.cpu().numpy()
 
-    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
-        if self.discrete:
-            return actions
-        return self.action_low + (np.clip(actions, -1.0, 1.0) + 1.0) * self.action_scale
-
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         memory = memory if memory is not None else Memory()
         actions, _ = self._act(np.asarray(obs), memory, sample=not deterministic)
-        return self._env_actions(actions)
+        return to_env_actions(actions, self.spec.action_space)
 
     # ------------------------------------------------------------------ the loop
 
@@ -206,7 +198,7 @@ class Dreamer(Agent):
             tick = time.perf_counter()
             actions, feats = self._act(self.obs, self.memory, sample=True)
             middle = time.perf_counter()
-            next_obs, rewards, terminated, truncated, info = envs.step(self._env_actions(actions))
+            next_obs, rewards, terminated, truncated, info = envs.step(to_env_actions(actions, self.spec.action_space))
             time_act += middle - tick
             time_env += time.perf_counter() - middle
             self.replay.add(actions, feats, next_obs, rewards, terminated, truncated)

@@ -17,6 +17,7 @@ from pydantic import Discriminator, Field, Tag, model_validator
 from rlfoundry.algos.a2c import A2CConfig
 from rlfoundry.algos.dqn import DQNConfig
 from rlfoundry.algos.dreamer import DreamerConfig
+from rlfoundry.algos.planet import PlaNetConfig
 from rlfoundry.algos.ppo import PPOConfig
 from rlfoundry.algos.reinforce import REINFORCEConfig
 from rlfoundry.algos.sac import SACConfig
@@ -29,7 +30,7 @@ from rlfoundry.config.sections import (
 # One entry per algorithm; the `name` key of the `algo` section picks the class.
 ALGO_CONFIGS: dict[str, type[StrictModel]] = {
     "ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig, "sac": SACConfig,
-    "simple": SimpleConfig, "dreamer": DreamerConfig,
+    "simple": SimpleConfig, "dreamer": DreamerConfig, "planet": PlaNetConfig,
 }
 
 

@@ -160,3 +160,12 @@ def restore_acting(arrays: dict[str, np.ndarray], memory, device) -> np.ndarray 
     memory.starts = np.array(arrays["acting_starts"], bool)
     memory._ended = np.array(arrays["acting_ended"], bool)
     return np.array(arrays["current_obs"])
+
+
+def to_env_actions(actions: np.ndarray, space) -> np.ndarray:
+    """Actions in [-1, 1] units (latent agents' Box actions) clipped and scaled to the env's bounds `space`;
+    discrete actions pass as they are."""
+    if not hasattr(space, "low"):
+        return actions
+    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+    return low + (np.clip(actions, -1.0, 1.0) + 1.0) * (high - low) / 2

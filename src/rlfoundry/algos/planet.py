@@ -1,0 +1,240 @@
+"""PlaNet (Hafner et al. 2019, arXiv:1811.04551): a latent dynamics model learned from replayed sequences, and
+actions chosen by planning in its latent space with the cross-entropy method. Settings are the camera-ready ones
+of google-research/planet (`scripts/configs.py`; fact sheet shared/world-models/dreamer_planet.md §7, checked
+against the source):
+
+    seed_episodes episodes of uniformly random actions
+    every env step: the posterior state after the observation; CEM over action sequences of plan_horizon steps
+        (candidates, top_k, iterations), each scored by the sum of rewards the model predicts along the prior's
+        rollout; act with the first action of the final mean, plus N(0, action_noise) while collecting
+    after every finished episode (once the seed episodes are in): updates_per_episode updates, each on batch_size
+        windows of batch_length steps, starting from the zero state:
+        loss = rec + 10 · reward + max(KL(q ‖ p), 3 free nats); Adam (lr 1e-3, eps 1e-4), gradient norm ≤ 1000
+
+The model is `world_models/latent.LatentModel` with PlaNet's options (Gaussian latents of 30 dims, a GRU of 200,
+ReLU layers of 200 without norms, a Gaussian reward head, no continue head, one KL term) and `world_models/planning`
+plans. Deliberate choices: observations here are vectors, through the shared vector encoder and decoder (symlog,
+as DreamerV3; PlaNet itself only learned from pixels); the reward head has `head_layers` × `units` (PlaNet 3 × 300);
+the learning-rate warm-up of the camera-ready code (removed later in the repository) is left out; actions are
+planned in [-1, 1] and scaled to the env's bounds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from rlfoundry.algos.base import Agent, Iteration, Memory
+from rlfoundry.buffers.sequences import SequenceReplay
+from rlfoundry.config.base import StrictModel
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.envs import env_seed
+from rlfoundry.world_models.latent import (
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, to_env_actions,
+)
+from rlfoundry.world_models.planning import cross_entropy_method
+from rlfoundry.world_models.rssm import RSSM
+
+# PlaNet's model (google-research/planet configs.py, camera-ready 0c6f7d3): state 30, belief 200, hidden 200, ReLU,
+# min std 0.1, free nats 3, reward loss scale 10.
+PLANET_MODEL = {
+    "rssm": {"deter": 200, "hidden": 200, "stoch": 30, "classes": 0, "blocks": 0, "prior_layers": 1,
+             "posterior_layers": 1, "norm": False, "act": "relu", "min_std": 0.1},
+    "units": 200, "encoder_layers": 2, "decoder_layers": 2, "head_layers": 3, "free_nats": 3.0,
+    "kl_balance": False, "reward_head": "normal", "continue_head": False, "loss_scales": {"rew": 10.0, "kl": 1.0},
+}
+
+
+def merged(base: dict, given: dict) -> dict:
+    """`given` over `base`, nested dicts merged key by key."""
+    out = dict(base)
+    for key, value in given.items():
+        out[key] = merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+class PlaNetConfig(StrictModel):
+    name: Literal["planet"] = "planet"
+    model: LatentModelConfig = Field(default_factory=lambda: LatentModelConfig(**PLANET_MODEL),
+                                     description="The world model; what is given here changes PlaNet's settings.")
+    batch_size: PositiveInt = Field(50, description="Replayed windows per update.")
+    batch_length: PositiveInt = Field(50, description="Steps per window.")
+    lr: PositiveFloat = Field(1e-3, description="Adam's learning rate.")
+    adam_eps: PositiveFloat = Field(1e-4, description="Adam's epsilon.")
+    max_grad_norm: PositiveFloat = Field(1000.0, description="Global gradient-norm clip.")
+    seed_episodes: NonNegativeInt = Field(5, description="Episodes of uniformly random actions first.")
+    updates_per_episode: NonNegativeInt = Field(100, description="Updates after each finished episode.")
+    plan_horizon: PositiveInt = Field(12, description="CEM: steps of each planned action sequence.")
+    candidates: PositiveInt = Field(1000, description="CEM: sequences drawn per iteration.")
+    top_k: PositiveInt = Field(100, description="CEM: best sequences the next distribution is fitted to.")
+    iterations: PositiveInt = Field(10, description="CEM: refinements per decision.")
+    action_noise: NonNegativeFloat = Field(0.3, description="Std of the Gaussian noise on collected actions.")
+    replay_size: PositiveInt = Field(1_000_000, description="Replay capacity in steps (capped at total_timesteps).")
+    collect_steps: PositiveInt = Field(16, description="Vector env steps per iteration.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _planet_model(cls, data: Any) -> Any:
+        """A partial `model` section changes PlaNet's model settings, not DreamerV3's defaults."""
+        if isinstance(data, dict) and isinstance(data.get("model"), dict):
+            data = {**data, "model": merged(PLANET_MODEL, data["model"])}
+        return data
+
+    def check_with(self, num_envs: int) -> None:
+        if self.top_k > self.candidates:
+            raise ValueError(f"algo.top_k = {self.top_k}: at most algo.candidates ({self.candidates})")
+
+    @staticmethod
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
+        """An id without a preset: one env, observations as they come (the world model symlogs them)."""
+        return {"env": {"num_envs": 1, "vectorization": "sync", "normalize_obs": False, "normalize_reward": False},
+                "train": {"total_timesteps": 100_000}}
+
+
+class PlaNet(Agent):
+    def __init__(self, cfg, spec, device: torch.device):
+        self.cfg, self.spec, self.device = cfg, spec, device
+        self.algo: PlaNetConfig = cfg.algo
+        algo = self.algo
+        if len(spec.obs_shape) != 1 or spec.discrete or len(spec.action_space.shape) != 1:
+            raise ConfigError(f"algo.name = 'planet': {spec.id} has {spec.observation_space} observations and "
+                              f"{spec.action_space} actions; rlfoundry's PlaNet plans 1-D Box actions from vector "
+                              f"observations")
+        self.action_size = spec.action_space.shape[0]
+        self.model = LatentModel(algo.model, spec.obs_shape[0], self.action_size, False).to(device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=algo.lr, eps=algo.adam_eps)
+        capacity = max(min(algo.replay_size, cfg.train.total_timesteps + spec.num_envs),
+                       spec.num_envs * (algo.batch_length + 2))
+        self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, (self.action_size,),
+                                     np.float32, self.model.rssm.feature_size)
+        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
+        self.obs: np.ndarray | None = None
+        self.memory = Memory()
+        self.env_steps = self.updates = self.episodes = self.owed = 0
+
+    # ------------------------------------------------------------------ acting
+
+    def _plan(self, obs: np.ndarray, memory: Memory, noise: float, random: bool = False) -> np.ndarray:
+        """Actions in [-1, 1] for `obs` (uniformly random while seeding), updating `memory`."""
+        state = observe_latest(self.model, memory, obs, (self.action_size,))
+        n, algo, rssm = obs.shape[0], self.algo, self.model.rssm
+        if random:
+            actions = torch.rand(n, self.action_size, device=self.device) * 2 - 1
+        else:
+            def score(candidates: torch.Tensor) -> torch.Tensor:  # [N, J, H, A] -> [N, J] predicted reward sums
+                J = candidates.shape[1]
+                rollout = type(state)(*(part.repeat_interleave(J, 0) for part in state))
+                total = torch.zeros(n * J, device=self.device)
+                for t in range(candidates.shape[2]):
+                    rollout, _ = rssm.imagine_step(rollout, candidates[:, :, t].reshape(n * J, -1))
+                    total += self.model.predict_reward(RSSM.features(rollout))
+                return total.reshape(n, J)
+
+            with torch.no_grad():
+                actions = cross_entropy_method(score, n, algo.plan_horizon, self.action_size, algo.candidates,
+                                               algo.top_k, algo.iterations, device=self.device)
+                if noise:
+                    actions = (actions + noise * torch.randn_like(actions)).clamp(-1, 1)
+        memory.state = (state, actions)
+        return actions.cpu().numpy()
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
+        memory = memory if memory is not None else Memory()
+        actions = self._plan(np.asarray(obs), memory, 0.0 if deterministic else self.algo.action_noise)
+        return to_env_actions(actions, self.spec.action_space)
+
+    # ------------------------------------------------------------------ the loop
+
+    def iterate(self, envs, progress: float) -> Iteration:
+        algo = self.algo
+        if self.obs is None:
+            self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
+            self.replay.start(self.obs)
+            self.memory = Memory()
+        returns, lengths, totals = [], [], {}
+        time_env = time_act = time_learn = 0.0
+        updates = 0
+        for _ in range(algo.collect_steps):
+            tick = time.perf_counter()
+            actions = self._plan(self.obs, self.memory, algo.action_noise, random=self.episodes < algo.seed_episodes)
+            middle = time.perf_counter()
+            next_obs, rewards, terminated, truncated, info = envs.step(to_env_actions(actions, self.spec.action_space))
+            time_act += middle - tick
+            time_env += time.perf_counter() - middle
+            done = terminated | truncated
+            self.replay.add(actions, None, next_obs, rewards, terminated, truncated)
+            self.memory.ended(done)
+            self.obs = next_obs
+            self.env_steps += self.spec.num_envs
+            for _ in range(int(done.sum())):
+                self.episodes += 1
+                if self.episodes >= algo.seed_episodes:
+                    self.owed += algo.updates_per_episode
+            if "_episode" in info:
+                ended = info["_episode"]
+                returns.extend(info["episode"]["r"][ended].tolist())
+                lengths.extend(info["episode"]["l"][ended].tolist())
+            start = time.perf_counter()
+            while self.owed > 0 and self.replay.starts(algo.batch_length - 1) > 0:
+                for key, value in self._learn().items():
+                    totals[key] = totals.get(key, 0.0) + float(value)
+                self.owed -= 1
+                updates += 1
+            time_learn += time.perf_counter() - start
+        metrics = {key: value / updates for key, value in totals.items()}
+        metrics.update({"diag/replay_size": float(len(self.replay)), "diag/updates": float(self.updates),
+                        "time/env": time_env, "time/act": time_act, "time/learn": time_learn})
+        return Iteration(algo.collect_steps * self.spec.num_envs, metrics, returns, lengths)
+
+    def _learn(self) -> dict[str, torch.Tensor]:
+        algo = self.algo
+        # windows of batch_length steps: the replay's context row is the first observed step here (PlaNet starts
+        # every window from the zero state, with the action before its first step unknown, i.e. zero)
+        batch = self.replay.sample(algo.batch_size, algo.batch_length - 1, self.rng)
+        tensor = lambda a: torch.as_tensor(a, device=self.device).transpose(0, 1)
+        obs, actions, rewards = tensor(batch.obs), tensor(batch.actions), tensor(batch.rewards)
+        prev = torch.cat([torch.zeros_like(actions[:1]), actions[:-1]])
+        rssm = self.model.rssm
+        is_first = tensor(batch.is_first)
+        terms, _ = self.model.loss(rssm.initial(algo.batch_size, self.device), obs, rssm.action_input(prev), rewards,
+                                   is_first, tensor(batch.is_terminal), 1.0)
+        loss = terms["loss"].mean()
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"PlaNet loss is {loss.item()} at update {self.updates + 1}: "
+                                     + ", ".join(f"{k} {v.mean().item():.4g}" for k, v in terms.items()))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), algo.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        out = {f"loss/{name}": value.detach().mean() for name, value in terms.items() if name != "loss"}
+        out.update({"loss/world_model": loss.detach(), "diag/grad_norm": grad_norm})
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def forget_env_position(self) -> None:
+        self.obs = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "replay": {**self.replay.state_dict(), **acting_arrays(self.memory, self.obs)},  # to the .npz
+            "counters": {"env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
+                         "owed": self.owed, "rng": self.rng.bit_generator.state},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.replay.load_state_dict({key: value for key, value in state["replay"].items() if key not in ACTING_KEYS})
+        self.memory = Memory()
+        self.obs = restore_acting(state["replay"], self.memory, self.device)
+        counters = state["counters"]
+        self.env_steps, self.updates = counters["env_steps"], counters["updates"]
+        self.episodes, self.owed = counters["episodes"], counters["owed"]
+        self.rng.bit_generator.state = counters["rng"]
