@@ -11,6 +11,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlfoundry.buffers.rollout import RolloutCollector
+from rlfoundry.envs import env_seed
 
 
 class Iteration(NamedTuple):
@@ -153,3 +154,47 @@ def load_actor_critic_state(agent, state: dict[str, Any]) -> None:
     agent.optimizer.load_state_dict(state["optimizer"])
     if "collector" in state:  # used when the first iteration builds the collector: no env reset
         agent.resume_collector = {key: value.numpy() for key, value in state["collector"].items()}
+
+
+# ---------------------------------------------------------------- shared by the latent-model agents (DreamerV3,
+# PlaNet): agents with `obs` (None before the first step), `memory` (the acting state), `replay` (a SequenceReplay),
+# `env_steps`, and `_learn()` (one update's metrics).
+
+
+def latent_iteration(agent, envs, steps: int, choose, owed) -> Iteration:
+    """`steps` vector steps: `choose(obs)` -> (actions in the replay's units, their latents or None), the env
+    stepped with them in its own units (`to_env(actions)` of the agent), each step stored; after each, `owed(done)`
+    updates (`agent._learn()`, their metrics averaged)."""
+    if agent.obs is None:
+        agent.obs, _ = envs.reset(seed=env_seed(agent.cfg.train.seed))
+        agent.replay.start(agent.obs)
+        agent.memory = Memory()
+    returns, lengths, totals = [], [], {}
+    time_env = time_act = time_learn = 0.0
+    updates = 0
+    for _ in range(steps):
+        tick = time.perf_counter()
+        actions, latents = choose(agent.obs)
+        middle = time.perf_counter()
+        next_obs, rewards, terminated, truncated, info = envs.step(agent.to_env(actions))
+        time_act += middle - tick
+        time_env += time.perf_counter() - middle
+        done = terminated | truncated
+        agent.replay.add(actions, latents, next_obs, rewards, terminated, truncated)
+        agent.memory.ended(done)
+        agent.obs = next_obs
+        agent.env_steps += agent.spec.num_envs
+        if "_episode" in info:
+            ended = info["_episode"]
+            returns.extend(info["episode"]["r"][ended].tolist())
+            lengths.extend(info["episode"]["l"][ended].tolist())
+        start = time.perf_counter()
+        for _ in range(owed(done)):
+            for key, value in agent._learn().items():
+                totals[key] = totals.get(key, 0.0) + float(value)
+            updates += 1
+        time_learn += time.perf_counter() - start
+    metrics = {key: value / updates for key, value in totals.items()}
+    metrics.update({"diag/replay_size": float(len(agent.replay)), "diag/updates": float(agent.updates),
+                    "time/env": time_env, "time/act": time_act, "time/learn": time_learn})
+    return Iteration(steps * agent.spec.num_envs, metrics, returns, lengths)

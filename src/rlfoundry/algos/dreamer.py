@@ -27,7 +27,6 @@ serves each fresh window once first, `replay.online`).
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any, Literal
 
 import numpy as np
@@ -36,7 +35,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 from torch import nn
 from torch.distributions import Categorical
 
-from rlfoundry.algos.base import Agent, Iteration, Memory
+from rlfoundry.algos.base import Agent, Iteration, Memory, latent_iteration
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
@@ -169,7 +168,7 @@ class Dreamer(Agent):
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         memory = memory if memory is not None else Memory()
         actions, _ = self._act(np.asarray(obs), memory, sample=not deterministic)
-        return to_env_actions(actions, self.spec.action_space)
+        return self.to_env(actions)
 
     # ------------------------------------------------------------------ the loop
 
@@ -187,38 +186,11 @@ class Dreamer(Agent):
         return owed
 
     def iterate(self, envs, progress: float) -> Iteration:
-        if self.obs is None:
-            self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
-            self.replay.start(self.obs)
-            self.memory = Memory()
-        returns, lengths, totals = [], [], {}
-        time_env = time_act = time_learn = 0.0
-        updates = 0
-        for _ in range(self.algo.collect_steps):
-            tick = time.perf_counter()
-            actions, feats = self._act(self.obs, self.memory, sample=True)
-            middle = time.perf_counter()
-            next_obs, rewards, terminated, truncated, info = envs.step(to_env_actions(actions, self.spec.action_space))
-            time_act += middle - tick
-            time_env += time.perf_counter() - middle
-            self.replay.add(actions, feats, next_obs, rewards, terminated, truncated)
-            self.memory.ended(terminated | truncated)
-            self.obs = next_obs
-            self.env_steps += self.spec.num_envs
-            if "_episode" in info:
-                ended = info["_episode"]
-                returns.extend(info["episode"]["r"][ended].tolist())
-                lengths.extend(info["episode"]["l"][ended].tolist())
-            start = time.perf_counter()
-            for _ in range(self._updates_owed()):
-                for key, value in self._learn().items():
-                    totals[key] = totals.get(key, 0.0) + float(value)
-                updates += 1
-            time_learn += time.perf_counter() - start
-        metrics = {key: value / updates for key, value in totals.items()}
-        metrics.update({"diag/replay_size": float(len(self.replay)), "diag/updates": float(self.updates),
-                        "time/env": time_env, "time/act": time_act, "time/learn": time_learn})
-        return Iteration(self.algo.collect_steps * self.spec.num_envs, metrics, returns, lengths)
+        return latent_iteration(self, envs, self.algo.collect_steps,
+                                lambda obs: self._act(obs, self.memory, sample=True), lambda done: self._updates_owed())
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        return to_env_actions(actions, self.spec.action_space)
 
     # ------------------------------------------------------------------ one update
 

@@ -21,14 +21,13 @@ planned in [-1, 1] and scaled to the env's bounds.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from rlfoundry.algos.base import Agent, Iteration, Memory
+from rlfoundry.algos.base import Agent, Iteration, Memory, latent_iteration
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
@@ -145,50 +144,30 @@ class PlaNet(Agent):
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         memory = memory if memory is not None else Memory()
         actions = self._plan(np.asarray(obs), memory, 0.0 if deterministic else self.algo.action_noise)
-        return to_env_actions(actions, self.spec.action_space)
+        return self.to_env(actions)
 
     # ------------------------------------------------------------------ the loop
 
     def iterate(self, envs, progress: float) -> Iteration:
         algo = self.algo
-        if self.obs is None:
-            self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
-            self.replay.start(self.obs)
-            self.memory = Memory()
-        returns, lengths, totals = [], [], {}
-        time_env = time_act = time_learn = 0.0
-        updates = 0
-        for _ in range(algo.collect_steps):
-            tick = time.perf_counter()
-            actions = self._plan(self.obs, self.memory, algo.action_noise, random=self.episodes < algo.seed_episodes)
-            middle = time.perf_counter()
-            next_obs, rewards, terminated, truncated, info = envs.step(to_env_actions(actions, self.spec.action_space))
-            time_act += middle - tick
-            time_env += time.perf_counter() - middle
-            done = terminated | truncated
-            self.replay.add(actions, None, next_obs, rewards, terminated, truncated)
-            self.memory.ended(done)
-            self.obs = next_obs
-            self.env_steps += self.spec.num_envs
+
+        def choose(obs: np.ndarray) -> tuple[np.ndarray, None]:
+            seeding = self.episodes < algo.seed_episodes
+            return self._plan(obs, self.memory, algo.action_noise, random=seeding), None
+
+        def owed(done: np.ndarray) -> int:
             for _ in range(int(done.sum())):
                 self.episodes += 1
                 if self.episodes >= algo.seed_episodes:
                     self.owed += algo.updates_per_episode
-            if "_episode" in info:
-                ended = info["_episode"]
-                returns.extend(info["episode"]["r"][ended].tolist())
-                lengths.extend(info["episode"]["l"][ended].tolist())
-            start = time.perf_counter()
-            while self.owed > 0 and self.replay.starts(algo.batch_length - 1) > 0:
-                for key, value in self._learn().items():
-                    totals[key] = totals.get(key, 0.0) + float(value)
-                self.owed -= 1
-                updates += 1
-            time_learn += time.perf_counter() - start
-        metrics = {key: value / updates for key, value in totals.items()}
-        metrics.update({"diag/replay_size": float(len(self.replay)), "diag/updates": float(self.updates),
-                        "time/env": time_env, "time/act": time_act, "time/learn": time_learn})
-        return Iteration(algo.collect_steps * self.spec.num_envs, metrics, returns, lengths)
+            due = self.owed if self.replay.starts(algo.batch_length - 1) > 0 else 0
+            self.owed -= due
+            return due
+
+        return latent_iteration(self, envs, algo.collect_steps, choose, owed)
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        return to_env_actions(actions, self.spec.action_space)
 
     def _learn(self) -> dict[str, torch.Tensor]:
         algo = self.algo
