@@ -14,8 +14,10 @@ TINY = ["algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.model.rss
         "algo.units=32", "algo.batch_size=4", "algo.batch_length=8"]
 
 
-def agent_for(spec: str, overrides: list[str]):
+def agent_for(spec: str, overrides: list[str], **env):
     cfg = load_config(spec, overrides)
+    if env:  # another env under the same config (ids with a preset cannot take another algorithm)
+        cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update=env)})
     envs, env_spec = envs_lib.make(cfg.env)
     torch.manual_seed(0)
     return Dreamer(cfg, env_spec, torch.device("cpu")), envs
@@ -69,11 +71,36 @@ def test_the_world_model_fits_a_fixed_batch():
     assert losses[-1]["con"] < 0.2 * losses[0]["con"]
 
 
-def test_a_pixel_env_is_refused_with_a_clear_message():
+def test_images_whose_size_the_cnns_cannot_halve_four_times_are_refused():
     from rlfoundry.config.errors import ConfigError
 
     cfg = load_config("MountainCarContinuous-v0:dreamer", TINY)
-    envs, catch = envs_lib.make(cfg.env.model_copy(update={"id": "rlfoundry/Catch-v0"}))
+    envs, catch = envs_lib.make(cfg.env.model_copy(update={"id": "rlfoundry/Catch-v0"}))  # 20 × 16
     envs.close()
-    with pytest.raises(ConfigError, match="takes vector observations"):
+    with pytest.raises(ConfigError, match="divisible by 16"):
         Dreamer(cfg, catch, torch.device("cpu"))
+
+
+def test_the_image_encoder_and_decoder_keep_the_reference_shapes():
+    from rlfoundry.world_models.vision import ImageDecoder, ImageEncoder
+
+    encoder = ImageEncoder((3, 64, 64), depth=4)
+    images = torch.randint(0, 256, (2, 5, 3, 64, 64), dtype=torch.uint8)
+    assert encoder(images).shape == (2, 5, 16 * 4 * 4) and encoder.output_size == 256
+    decoder = ImageDecoder((3, 64, 64), depth=4, deter=64, stoch=32, units=16)
+    feats = torch.randn(2, 5, 96, requires_grad=True)
+    out = decoder(feats)
+    assert out.shape == (2, 5, 3, 64, 64) and 0 <= out.min() and out.max() <= 1
+    out.sum().backward()
+    assert feats.grad[..., :64].abs().sum() > 0 and feats.grad[..., 64:].abs().sum() > 0
+
+
+def test_dreamer_trains_from_pixels():
+    agent, envs = agent_for("MountainCarContinuous-v0:dreamer", [*TINY, "algo.train_ratio=16", "algo.collect_steps=48"],
+                            id="rlfoundry/Catch-v0", kwargs={"height": 16, "width": 16, "grayscale": True,
+                                                             "frame_stack": 1})
+    assert agent.model.images
+    iteration = agent.iterate(envs, 0.0)
+    envs.close()
+    assert agent.updates > 0 and all(np.isfinite(v) for v in iteration.metrics.values())
+    assert iteration.metrics["loss/rec"] > 0

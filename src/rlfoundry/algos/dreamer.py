@@ -40,7 +40,7 @@ from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import env_seed
-from rlfoundry.world_models import dists
+from rlfoundry.world_models import dists, vision
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
 from rlfoundry.world_models.latent import (
@@ -49,16 +49,19 @@ from rlfoundry.world_models.latent import (
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM
 
-# The reference's model sizes (configs.yaml `size*`): RSSM deter / hidden / classes, and the width of every MLP.
-SIZES = {"size1m": (512, 64, 4, 64), "size12m": (2048, 256, 16, 256), "size25m": (3072, 384, 24, 384),
-         "size50m": (4096, 512, 32, 512), "size100m": (6144, 768, 48, 768), "size200m": (8192, 1024, 64, 1024)}
+# The reference's model sizes (configs.yaml `size*`): RSSM deter / hidden / classes, the width of every MLP, and the
+# CNNs' depth.
+SIZES = {"size1m": (512, 64, 4, 64, 4), "size12m": (2048, 256, 16, 256, 16), "size25m": (3072, 384, 24, 384, 24),
+         "size50m": (4096, 512, 32, 512, 32), "size100m": (6144, 768, 48, 768, 48),
+         "size200m": (8192, 1024, 64, 1024, 64)}
 
 
 class DreamerConfig(StrictModel):
     name: Literal["dreamer"] = "dreamer"
     size: Literal[tuple(SIZES)] | None = Field(  # type: ignore[valid-type]
-        "size1m", description="A reference model size: fills model.rssm.{deter,hidden,classes} and every width "
-                              "(model.units, policy/critic units) where they are not given; null: give them all.")
+        "size1m", description="A reference model size: fills model.rssm.{deter,hidden,classes}, every width "
+                              "(model.units, policy/critic units) and model.depth where they are not given; null: "
+                              "give them all.")
     model: LatentModelConfig = Field(default_factory=LatentModelConfig, description="The world model.")
     units: PositiveInt = Field(64, description="Width of the policy and critic MLPs.")
     policy_layers: PositiveInt = Field(3, description="Hidden layers of the policy.")
@@ -93,10 +96,11 @@ class DreamerConfig(StrictModel):
         size = data.get("size", "size1m")
         if size not in SIZES:
             return data  # the field's own validation names the allowed sizes
-        deter, hidden, classes, units = SIZES[size]
+        deter, hidden, classes, units, depth = SIZES[size]
         model = dict(data.get("model") or {})
         model["rssm"] = {"deter": deter, "hidden": hidden, "classes": classes, **(model.get("rssm") or {})}
         model.setdefault("units", units)
+        model.setdefault("depth", depth)
         return {"units": units, **data, "model": model}
 
     def check_with(self, num_envs: int) -> None:
@@ -119,14 +123,15 @@ class Dreamer(Agent):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: DreamerConfig = cfg.algo
         algo = self.algo
-        if len(spec.obs_shape) != 1:
-            raise ConfigError(f"algo.name = 'dreamer': {spec.id} gives {spec.observation_space} observations; this "
-                              f"version of rlfoundry's DreamerV3 takes vector observations (a 1-D Box)")
+        problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape)
+        if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
+            raise ConfigError(f"algo.name = 'dreamer': {spec.id} gives {spec.observation_space} observations; "
+                              f"DreamerV3 takes vectors (a 1-D Box) or uint8 {problem or 'images'}")
         self.discrete = spec.discrete
         if not self.discrete and len(spec.action_space.shape) != 1:
             raise ConfigError(f"algo.name = 'dreamer': {spec.id}'s actions {spec.action_space}: need Discrete or a 1-D Box")
         action_size = int(spec.action_space.n) if self.discrete else spec.action_space.shape[0]
-        self.model = LatentModel(algo.model, spec.obs_shape[0], action_size, self.discrete).to(device)
+        self.model = LatentModel(algo.model, spec.obs_shape, action_size, self.discrete).to(device)
         feature_size = self.model.rssm.feature_size
         outputs = action_size if self.discrete else 2 * action_size
         self.policy = nn.Sequential(mlp(feature_size, algo.units, algo.policy_layers),

@@ -104,7 +104,7 @@ class PlaNet(Agent):
                               f"{spec.action_space} actions; rlfoundry's PlaNet plans 1-D Box actions from vector "
                               f"observations")
         self.action_size = spec.action_space.shape[0]
-        self.model = LatentModel(algo.model, spec.obs_shape[0], self.action_size, False).to(device)
+        self.model = LatentModel(algo.model, spec.obs_shape, self.action_size, False).to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=algo.lr, eps=algo.adam_eps)
         capacity = max(min(algo.replay_size, cfg.train.total_timesteps + spec.num_envs),
                        spec.num_envs * (algo.batch_length + 2))

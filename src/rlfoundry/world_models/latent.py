@@ -11,10 +11,12 @@ heads, trained on replayed sequences with one loss per (batch, time) element:
     loss_t   = rec·rec_t + rew·rew_t + con·con_t + dyn·dyn_t + rep·rep_t        (1, 1, 1, 1, 0.1)
 
 The continue target carries the discount 1 - 1/horizon (HEAD `contdisc`), so imagination discounts through the
-continue head alone. PlaNet's settings (google-research/planet `scripts/configs.py`) are options of the same model:
-Gaussian latents and a GRU cell (`RSSMConfig`), ReLU without norms, a unit-variance Gaussian reward head weighted 10,
-no continue head, and one KL(q ‖ p) term with 3 free nats (`kl_balance: false`). Observations here are vectors; pixel observations (DreamerV3's CNN encoder and decoder) are
-refused by the agent with a clear message until they are added.
+continue head alone. Image observations go through DreamerV3's CNN encoder and decoder (`vision.py`) instead of
+the MLPs, with the reconstruction loss against image / 255.
+
+PlaNet's settings (google-research/planet `scripts/configs.py`) are options of the same model: Gaussian latents and
+a GRU cell (`RSSMConfig`), ReLU without norms, a unit-variance Gaussian reward head weighted 10, no continue head,
+and one KL(q ‖ p) term with 3 free nats (`kl_balance: false`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from torch import nn
 
 from rlfoundry.config.base import StrictModel
-from rlfoundry.world_models import dists
+from rlfoundry.world_models import dists, vision
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM, RSSMConfig, State
 
@@ -45,6 +47,8 @@ class LossScales(StrictModel):
 class LatentModelConfig(StrictModel):
     rssm: RSSMConfig = Field(default_factory=RSSMConfig, description="The recurrent state-space model.")
     units: PositiveInt = Field(64, description="Width of the encoder, decoder and heads (size1m: 64).")
+    depth: PositiveInt = Field(4, description="Image observations: the CNNs' channels are depth·(2, 3, 4, 4) "
+                                              "(size1m: 4).")
     encoder_layers: PositiveInt = Field(3, description="Hidden layers of the vector encoder.")
     decoder_layers: PositiveInt = Field(3, description="Hidden layers of the vector decoder.")
     head_layers: PositiveInt = Field(1, description="Hidden layers of the reward and continue heads.")
@@ -60,14 +64,23 @@ class LatentModelConfig(StrictModel):
 
 
 class LatentModel(nn.Module):
-    def __init__(self, cfg: LatentModelConfig, obs_size: int, action_size: int, discrete_actions: bool):
+    def __init__(self, cfg: LatentModelConfig, obs_shape: tuple[int, ...], action_size: int, discrete_actions: bool):
         super().__init__()
         self.cfg = cfg
         U, norm, act = cfg.units, cfg.rssm.norm, cfg.rssm.act
-        self.encoder = mlp(obs_size, U, cfg.encoder_layers, norm, act)
-        self.rssm = RSSM(cfg.rssm, action_size, U, discrete_actions)
+        self.images = len(obs_shape) == 3
+        if self.images:
+            self.encoder = vision.ImageEncoder(obs_shape, cfg.depth)
+            embed_size = self.encoder.output_size
+        else:
+            self.encoder = mlp(obs_shape[0], U, cfg.encoder_layers, norm, act)
+            embed_size = U
+        self.rssm = RSSM(cfg.rssm, action_size, embed_size, discrete_actions)
         F_ = self.rssm.feature_size
-        self.decoder = nn.Sequential(mlp(F_, U, cfg.decoder_layers, norm, act), output_layer(U, obs_size, 1.0))
+        if self.images:
+            self.decoder = vision.ImageDecoder(obs_shape, cfg.depth, cfg.rssm.deter, self.rssm.stoch_size, U)
+        else:
+            self.decoder = nn.Sequential(mlp(F_, U, cfg.decoder_layers, norm, act), output_layer(U, obs_shape[0], 1.0))
         twohot = cfg.reward_head == "twohot"
         self.reward = nn.Sequential(mlp(F_, U, cfg.head_layers, norm, act),
                                     output_layer(U, cfg.bins, 0.0) if twohot else output_layer(U, 1, 1.0))
@@ -75,13 +88,24 @@ class LatentModel(nn.Module):
                      if cfg.continue_head else None)
         self.twohot = dists.TwoHot(cfg.bins)
 
+    @property
+    def device(self) -> torch.device:
+        return self.rssm.prior_net[-1].weight.device
+
     def _apply(self, fn, recurse=True):  # keep the two-hot bins on the model's device
         super()._apply(fn, recurse)
-        self.twohot.to(self.decoder[-1].weight.device)
+        self.twohot.to(self.device)
         return self
 
     def embed(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.encoder(dists.symlog(obs.float()))
+        return self.encoder(obs) if self.images else self.encoder(dists.symlog(obs.float()))
+
+    def reconstruction_loss(self, feats: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """[..., F] features, [..., *obs_shape] observations -> [...]: squared error summed over the observation,
+        against symlog(vectors) or images / 255."""
+        if self.images:
+            return (self.decoder(feats) - obs.float() / 255.0).square().sum((-3, -2, -1))
+        return (self.decoder(feats) - dists.symlog(obs.float())).square().sum(-1)
 
     def loss(self, start: State, obs: torch.Tensor, prev_actions: torch.Tensor, rewards: torch.Tensor,
              is_first: torch.Tensor, is_terminal: torch.Tensor, discount: float) -> tuple[dict[str, torch.Tensor], State]:
@@ -91,7 +115,7 @@ class LatentModel(nn.Module):
         states, post, prior = self.rssm.observe(start, prev_actions, self.embed(obs), is_first)
         feats = RSSM.features(states)
         cfg = self.cfg
-        terms = {"rec": (self.decoder(feats) - dists.symlog(obs.float())).square().sum(-1)}
+        terms = {"rec": self.reconstruction_loss(feats, obs)}
         if cfg.reward_head == "twohot":
             terms["rew"] = self.twohot.loss(self.reward(feats), rewards)
         else:  # -log N(r; μ, 1) up to a constant
@@ -122,7 +146,7 @@ def observe_latest(model: LatentModel, memory, obs: np.ndarray, action_shape: tu
     an episode start at the first call), without gradients. The caller stores (state, its actions) back into
     `memory.state`; `memory.starts` says which observations begin episodes (see `rlfoundry.algos.base.Memory`)."""
     n = obs.shape[0]
-    device = model.decoder[-1].weight.device
+    device = model.device
     if memory.state is None:
         memory.state = (model.rssm.initial(n, device), torch.zeros(n, *action_shape, device=device))
         starts = np.ones(n, bool)

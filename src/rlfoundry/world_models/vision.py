@@ -1,0 +1,101 @@
+"""DreamerV3's image encoder and decoder (reference code HEAD, `dreamerv3/rssm.py` `Encoder`, `Decoder`; fact sheet
+dreamer_planet.md §2, checked against danijar/dreamerv3 f8817c4). Images are uint8 [C, H, W] with H and W divisible
+by 16 (the reference uses 64 × 64), scaled to [0, 1] and shifted by -0.5 for the encoder; `depth` d sets the
+channels d·(2, 3, 4, 4) of the four stages.
+
+    encoder, per stage:  Conv k5 stride 1 'same' → max-pool 2×2 → RMSNorm over channels → SiLU;  flatten
+    decoder:  x = SiLU(RMSNorm(BlockLinear_8(h) + MLP(z)))  as [4d, H/16, W/16]   (group g of the block projection
+              gives channels g·4d/8 .. (g+1)·4d/8 at every position; the MLP is Dense(2·units) then Linear)
+              then per stage with channels 4d, 3d, 2d:  nearest ×2 → Conv k5 → RMSNorm → SiLU
+              then nearest ×2 → Conv k5 to C channels → sigmoid: the image in [0, 1]
+    loss:     Σ over pixels and channels of (decoded - image / 255)²
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlfoundry.world_models.layers import BlockLinear, Dense, init_weight_
+
+MULTS = (2, 3, 4, 4)
+STAGES = len(MULTS)
+
+
+def check_image(shape: tuple[int, ...]) -> str | None:
+    """Why an observation shape cannot go through these networks, or None."""
+    if len(shape) != 3 or shape[1] % 2**STAGES or shape[2] % 2**STAGES:
+        return f"images [C, H, W] with H and W divisible by {2 ** STAGES} (e.g. 64 × 64), not {list(shape)}"
+    return None
+
+
+class ChannelRMSNorm(nn.Module):
+    """Scale-only RMSNorm over the channels of [N, C, H, W], per pixel, in fp32 (eps 1e-4)."""
+
+    def __init__(self, channels: int, eps: float = 1e-4):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        out = x32 * torch.rsqrt(x32.square().mean(1, keepdim=True) + self.eps) * self.weight[:, None, None]
+        return out.to(x.dtype)
+
+
+def conv(inputs: int, outputs: int, outscale: float = 1.0) -> nn.Conv2d:
+    layer = nn.Conv2d(inputs, outputs, 5, padding=2)
+    init_weight_(layer.weight, 25 * inputs, outscale)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ImageEncoder(nn.Module):
+    def __init__(self, shape: tuple[int, int, int], depth: int):
+        super().__init__()
+        channels = [shape[0], *(depth * m for m in MULTS)]
+        self.convs = nn.ModuleList(conv(a, b) for a, b in zip(channels, channels[1:]))
+        self.norms = nn.ModuleList(ChannelRMSNorm(c) for c in channels[1:])
+        self.output_size = channels[-1] * (shape[1] >> STAGES) * (shape[2] >> STAGES)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """[..., C, H, W] uint8 -> [..., output_size]."""
+        lead = images.shape[:-3]
+        x = images.reshape(-1, *images.shape[-3:]).float() / 255.0 - 0.5
+        for layer, norm in zip(self.convs, self.norms):
+            x = F.silu(norm(F.max_pool2d(layer(x), 2)))
+        return x.reshape(*lead, -1)
+
+
+class ImageDecoder(nn.Module):
+    def __init__(self, shape: tuple[int, int, int], depth: int, deter: int, stoch: int, units: int, groups: int = 8):
+        super().__init__()
+        self.shape, self.deter = shape, deter
+        self.low = (shape[1] >> STAGES, shape[2] >> STAGES)
+        self.top = depth * MULTS[-1]
+        cells = self.low[0] * self.low[1]
+        self.groups = groups if deter % groups == 0 and self.top % groups == 0 else 1
+        self.from_deter = BlockLinear(deter, cells * self.top, self.groups)
+        self.from_stoch = nn.Sequential(Dense(stoch, 2 * units), nn.Linear(2 * units, cells * self.top))
+        init_weight_(self.from_stoch[1].weight, 2 * units)
+        nn.init.zeros_(self.from_stoch[1].bias)
+        self.norm = ChannelRMSNorm(self.top)
+        channels = [depth * m for m in reversed(MULTS)]  # 4d, 4d, 3d, 2d
+        self.convs = nn.ModuleList(conv(a, b) for a, b in zip(channels, channels[1:]))
+        self.norms = nn.ModuleList(ChannelRMSNorm(c) for c in channels[1:])
+        self.out = conv(channels[-1], shape[0])
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        """[..., deter + stoch] features -> [..., C, H, W] images in [0, 1]."""
+        lead = feats.shape[:-1]
+        feats = feats.reshape(-1, feats.shape[-1])
+        n, (h, w), G = feats.shape[0], self.low, self.groups
+        x0 = self.from_deter(feats[:, :self.deter]).reshape(n, G, h, w, self.top // G)
+        x0 = x0.permute(0, 1, 4, 2, 3).reshape(n, self.top, h, w)  # group g: channels g·top/G .. (g+1)·top/G
+        x1 = self.from_stoch(feats[:, self.deter:]).reshape(n, h, w, self.top).permute(0, 3, 1, 2)
+        x = F.silu(self.norm(x0 + x1))
+        for layer, norm in zip(self.convs, self.norms):
+            x = F.silu(norm(layer(F.interpolate(x, scale_factor=2, mode="nearest"))))
+        x = torch.sigmoid(self.out(F.interpolate(x, scale_factor=2, mode="nearest")))
+        return x.reshape(*lead, *self.shape)
