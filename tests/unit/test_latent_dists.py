@@ -126,3 +126,9 @@ def test_bounded_normal_keeps_the_std_in_range():
     assert dist.mean[0].tolist() == pytest.approx([1.0, -1.0])
     assert dist.stddev[0].tolist() == pytest.approx([1.0, 0.1])
     assert dists.bounded_normal(torch.zeros(1, 2)).stddev.item() == pytest.approx(0.9 * torch.sigmoid(torch.tensor(2.0)).item() + 0.1)
+
+
+def test_straight_through_samples_follow_the_probabilities():
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    samples = dists.straight_through_sample(probs.log().expand(200_000, 4), torch.Generator().manual_seed(0))
+    assert torch.allclose(samples.detach().mean(0), probs, atol=0.004)  # 4 standard errors at most

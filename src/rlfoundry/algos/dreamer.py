@@ -115,7 +115,9 @@ class DreamerConfig(StrictModel):
 
 
 def policy_distribution(out: torch.Tensor, discrete: bool, min_std: float, max_std: float):
-    return Categorical(logits=out.float()) if discrete else dists.bounded_normal(out, min_std, max_std)
+    if discrete:
+        return Categorical(logits=out.float(), validate_args=False)
+    return dists.bounded_normal(out, min_std, max_std)
 
 
 class Dreamer(Agent):
