@@ -6,7 +6,7 @@ critic losses, the replay value loss, one LaProp step and the latent write-back.
 as DMC walker's proprioception, 6-dim actions) and `pixels` (uint8 3 × 64 × 64, as DMC from pixels). The replay is
 filled with random steps first (the update's cost does not depend on what it holds).
 
-The bound: the matmul and convolution FLOPs of one update (`FlopCounterMode`, forward and backward) against the
+The bound: the matmul and convolution FLOPs of one update (torch's profiler, forward and backward) against the
 GFLOP/s of a large fp32 matmul on the same threads. Env steps/s at a train ratio follow: updates/s × 1024 / ratio.
 
     python benchmarks/dreamer_speed.py                          # size1m, vector and pixels, the usable cores
@@ -21,7 +21,6 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from rlfoundry.algos.dreamer import Dreamer
 from rlfoundry.envs import EnvSpec
@@ -71,9 +70,11 @@ def measure(agent: Dreamer, seconds: float) -> float:
 
 
 def update_flops(agent: Dreamer) -> float:
-    with FlopCounterMode(display=False) as counter:
+    """The matmul and convolution FLOPs of one update, forward and backward, as torch's profiler counts them
+    (FlopCounterMode's module tracker fails on the update's no-grad imagination)."""
+    with torch.profiler.profile(with_flops=True) as prof:
         agent._learn()
-    return counter.get_total_flops()
+    return float(sum(event.flops for event in prof.key_averages() if event.flops))
 
 
 def main() -> None:

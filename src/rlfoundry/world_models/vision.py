@@ -20,6 +20,7 @@ from torch import nn
 from rlfoundry.world_models.layers import BlockLinear, Dense, init_weight_
 
 MULTS = (2, 3, 4, 4)
+CHANNELS_LAST = torch.channels_last
 STAGES = len(MULTS)
 
 
@@ -45,10 +46,12 @@ class ChannelRMSNorm(nn.Module):
 
 
 def conv(inputs: int, outputs: int, outscale: float = 1.0) -> nn.Conv2d:
+    """A k5 'same' convolution, its weights channels-last: oneDNN's kernels for these few channels run about twice as
+    fast on channels-last tensors as on NCHW ones (forward and backward, measured on AVX-512)."""
     layer = nn.Conv2d(inputs, outputs, 5, padding=2)
     init_weight_(layer.weight, 25 * inputs, outscale)
     nn.init.zeros_(layer.bias)
-    return layer
+    return layer.to(memory_format=torch.channels_last)
 
 
 class ImageEncoder(nn.Module):
@@ -62,7 +65,7 @@ class ImageEncoder(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """[..., C, H, W] uint8 -> [..., output_size]."""
         lead = images.shape[:-3]
-        x = images.reshape(-1, *images.shape[-3:]).float() / 255.0 - 0.5
+        x = (images.reshape(-1, *images.shape[-3:]).float() / 255.0 - 0.5).contiguous(memory_format=CHANNELS_LAST)
         for layer, norm in zip(self.convs, self.norms):
             x = F.silu(norm(F.max_pool2d(layer(x), 2)))
         return x.reshape(*lead, -1)
@@ -94,7 +97,7 @@ class ImageDecoder(nn.Module):
         x0 = self.from_deter(feats[:, :self.deter]).reshape(n, G, h, w, self.top // G)
         x0 = x0.permute(0, 1, 4, 2, 3).reshape(n, self.top, h, w)  # group g: channels g·top/G .. (g+1)·top/G
         x1 = self.from_stoch(feats[:, self.deter:]).reshape(n, h, w, self.top).permute(0, 3, 1, 2)
-        x = F.silu(self.norm(x0 + x1))
+        x = F.silu(self.norm(x0 + x1)).contiguous(memory_format=CHANNELS_LAST)
         for layer, norm in zip(self.convs, self.norms):
             x = F.silu(norm(layer(F.interpolate(x, scale_factor=2, mode="nearest"))))
         x = torch.sigmoid(self.out(F.interpolate(x, scale_factor=2, mode="nearest")))
