@@ -104,3 +104,12 @@ def test_dreamer_trains_from_pixels():
     envs.close()
     assert agent.updates > 0 and all(np.isfinite(v) for v in iteration.metrics.values())
     assert iteration.metrics["loss/rec"] > 0
+
+
+def test_an_ale_id_without_a_preset_gets_the_reference_atari_100k_env():
+    cfg = load_config("ALE/Boxing-v5:dreamer")
+    atari = cfg.env.atari
+    assert (tuple(atari.img_size) if not isinstance(atari.img_size, int) else atari.img_size) == (64, 64)
+    assert (atari.grayscale, atari.frame_stack, atari.frame_skip, atari.repeat_action_probability) == (False, 1, 4, 0.0)
+    assert not atari.reward_clipping and not atari.episodic_life
+    assert (cfg.algo.train_ratio, cfg.train.total_timesteps) == (256, 110_000)

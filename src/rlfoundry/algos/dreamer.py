@@ -109,9 +109,20 @@ class DreamerConfig(StrictModel):
 
     @staticmethod
     def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
-        """An id without a preset: one env, observations as they come (the world model symlogs them)."""
-        return {"env": {"num_envs": 1, "vectorization": "sync", "normalize_obs": False, "normalize_reward": False},
-                "train": {"total_timesteps": 100_000}}
+        """An id without a preset: one env, observations as they come (the world model symlogs vectors). ALE ids get
+        the reference's Atari 100k env (configs.yaml `atari100k`, `env.atari`): 64 × 64 RGB frames without
+        stacking, action repeat 4, no sticky actions, up to 30 no-ops, lives not ending episodes, unclipped rewards
+        (the two-hot heads take any scale); its train_ratio 256 and 110k steps."""
+        env: dict[str, Any] = {"num_envs": 1, "vectorization": "sync", "normalize_obs": False,
+                               "normalize_reward": False}
+        layers: dict[str, Any] = {"env": env, "train": {"total_timesteps": 100_000}}
+        if env_id.startswith("ALE/"):
+            env.pop("vectorization")  # ALE's own vector env
+            env["atari"] = {"img_size": [64, 64], "grayscale": False, "frame_stack": 1, "frame_skip": 4,
+                            "repeat_action_probability": 0.0, "noop_max": 30, "episodic_life": False,
+                            "reward_clipping": False}
+            layers.update(algo={"train_ratio": 256}, train={"total_timesteps": 110_000})
+        return layers
 
 
 def policy_distribution(out: torch.Tensor, discrete: bool, min_std: float, max_std: float):
