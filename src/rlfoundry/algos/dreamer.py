@@ -44,7 +44,8 @@ from rlfoundry.world_models import dists, vision
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, to_env_actions,
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, time_major,
+    to_env_actions,
 )
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM
@@ -215,10 +216,9 @@ class Dreamer(Agent):
     def _learn(self) -> dict[str, torch.Tensor]:
         algo = self.algo
         batch = self.replay.sample(algo.batch_size, algo.batch_length, self.rng)
-        tensor = lambda a: torch.as_tensor(a, device=self.device).transpose(0, 1)  # batch-major -> time-major
-        obs, actions, rewards = tensor(batch.obs), tensor(batch.actions), tensor(batch.rewards)
-        is_first, is_terminal = tensor(batch.is_first), tensor(batch.is_terminal)
-        context = tensor(batch.latents)[0] * tensor(batch.has_latent)[0].unsqueeze(-1)
+        obs, actions, rewards, is_first, is_terminal = time_major(batch, self.device)
+        # only the context row's stored state is used: zeros where the agent had none there
+        context = torch.as_tensor(batch.latents[:, 0] * batch.has_latent[:, 0, None], device=self.device)
         rssm = self.model.rssm
         terms, states = self.model.loss(rssm.state_of(context), obs[1:], rssm.action_input(actions[:-1]),
                                         rewards[1:], is_first[1:], is_terminal[1:], self.discount)

@@ -33,7 +33,8 @@ from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import env_seed
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, to_env_actions,
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, time_major,
+    to_env_actions,
 )
 from rlfoundry.world_models.planning import cross_entropy_method
 from rlfoundry.world_models.rssm import RSSM
@@ -174,13 +175,11 @@ class PlaNet(Agent):
         # windows of batch_length steps: the replay's context row is the first observed step here (PlaNet starts
         # every window from the zero state, with the action before its first step unknown, i.e. zero)
         batch = self.replay.sample(algo.batch_size, algo.batch_length - 1, self.rng)
-        tensor = lambda a: torch.as_tensor(a, device=self.device).transpose(0, 1)
-        obs, actions, rewards = tensor(batch.obs), tensor(batch.actions), tensor(batch.rewards)
+        obs, actions, rewards, is_first, is_terminal = time_major(batch, self.device)
         prev = torch.cat([torch.zeros_like(actions[:1]), actions[:-1]])
         rssm = self.model.rssm
-        is_first = tensor(batch.is_first)
         terms, _ = self.model.loss(rssm.initial(algo.batch_size, self.device), obs, rssm.action_input(prev), rewards,
-                                   is_first, tensor(batch.is_terminal), 1.0)
+                                   is_first, is_terminal, 1.0)
         loss = terms["loss"].mean()
         if not torch.isfinite(loss):
             raise FloatingPointError(f"PlaNet loss is {loss.item()} at update {self.updates + 1}: "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.distributions import Independent, Normal
 
 
@@ -27,18 +28,16 @@ def symexp(x: torch.Tensor) -> torch.Tensor:
     return torch.sign(x) * torch.expm1(x.abs())
 
 
-class TwoHot:
-    """Two-hot targets over fixed bins, and the expected value of a categorical over them."""
+class TwoHot(nn.Module):
+    """Two-hot targets over fixed bins, and the expected value of a categorical over them. The bins are a buffer
+    (not saved: they follow from the arguments), so they move with the module that holds this one."""
 
-    def __init__(self, bins: int = 255, low: float = -20.0, high: float = 20.0, device=None):
+    def __init__(self, bins: int = 255, low: float = -20.0, high: float = 20.0):
+        super().__init__()
         if bins < 3 or bins % 2 == 0 or low != -high:
             raise ValueError("TwoHot needs an odd number of bins (at least 3) on a range symmetric around 0")
         half = symexp(torch.linspace(low, 0.0, (bins + 1) // 2, dtype=torch.float64))
-        self.bins = torch.cat([half, -half[:-1].flip(0)]).to(torch.float32).to(device)
-
-    def to(self, device) -> TwoHot:
-        self.bins = self.bins.to(device)
-        return self
+        self.register_buffer("bins", torch.cat([half, -half[:-1].flip(0)]).to(torch.float32), persistent=False)
 
     def target(self, y: torch.Tensor) -> torch.Tensor:
         """[...] raw values -> [..., bins] weights: two neighbouring bins share 1 linearly in raw space; outside the

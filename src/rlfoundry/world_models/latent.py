@@ -92,11 +92,6 @@ class LatentModel(nn.Module):
     def device(self) -> torch.device:
         return self.rssm.prior_net[-1].weight.device
 
-    def _apply(self, fn, recurse=True):  # keep the two-hot bins on the model's device
-        super()._apply(fn, recurse)
-        self.twohot.to(self.device)
-        return self
-
     def embed(self, obs: torch.Tensor) -> torch.Tensor:
         return self.encoder(obs) if self.images else self.encoder(dists.symlog(obs.float()))
 
@@ -184,6 +179,12 @@ def restore_acting(arrays: dict[str, np.ndarray], memory, device) -> np.ndarray 
     memory.starts = np.array(arrays["acting_starts"], bool)
     memory._ended = np.array(arrays["acting_ended"], bool)
     return np.array(arrays["current_obs"])
+
+
+def time_major(batch, device) -> tuple[torch.Tensor, ...]:
+    """A replayed `SequenceBatch` as time-major [L+1, N, ...] tensors: obs, actions, rewards, is_first, is_terminal."""
+    return tuple(torch.as_tensor(array, device=device).transpose(0, 1)
+                 for array in (batch.obs, batch.actions, batch.rewards, batch.is_first, batch.is_terminal))
 
 
 def to_env_actions(actions: np.ndarray, space) -> np.ndarray:
