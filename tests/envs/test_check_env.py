@@ -1,5 +1,5 @@
 """Gymnasium's `check_env` on the single envs rlfoundry builds itself, each as `env_fn` hands it to the vector env:
-our envs (bandits, Catch, Reach), our wrappers (MiniGrid's views, action repeat, config wrappers around them).
+our envs (bandits, Catch, Reach), our wrappers (MiniGrid's views, action repeat, rendered frames, config wrappers around them).
 
 The Atari single backend and the optional families check theirs in their own files (test_atari.py,
 test_dm_control.py, ...). `MaskObservation` and `FiniteCheck` wrap vector envs, which `check_env` does not take:
@@ -35,6 +35,8 @@ CASES = {
     "action repeat + config wrappers": EnvConfig(
         id="Pendulum-v1", action_repeat=2,
         wrappers=[{"id": "TimeAwareObservation", "kwargs": {"flatten": False}}, {"id": "RecordEpisodeStatistics"}]),
+    "Pendulum from pixels": EnvConfig(id="Pendulum-v1", pixels={"enabled": True, "img_size": [48, 64]}),
+    "CartPole from pixels, action repeat": EnvConfig(id="CartPole-v1", action_repeat=2, pixels={"enabled": True}),
 }
 
 
@@ -93,3 +95,38 @@ def test_a_family_whose_package_is_missing_names_its_extra(tmp_path, monkeypatch
     with pytest.raises(ConfigError, match=r"fake/thing-v0.*a_package_that_is_not_installed.*rlfoundry\[fake-extra\]"):
         envs.make(EnvConfig(id="fake/thing-v0"))
     assert envs.load_family("CartPole-v1") is None
+
+
+def test_rendered_frames_show_the_state_the_env_is_in():
+    """`env.pixels`: uint8 [3, H, W] frames of the env's own rendering, one per step, differing as the state does;
+    the vector env is built from single envs (CartPole's vector entry point renders nothing)."""
+    from rlfoundry import envs
+
+    cfg = EnvConfig(id="CartPole-v1", num_envs=2, vectorization="sync", pixels={"enabled": True, "img_size": 32})
+    vector, spec = envs.make(cfg)
+    try:
+        assert spec.observation_space == gym.spaces.Box(0, 255, (3, 32, 32), np.uint8)
+        obs, _ = vector.reset(seed=0)
+        frames = [obs]
+        for _ in range(5):
+            frames.append(vector.step(np.ones(2, np.int64))[0])
+        assert all(frame.shape == (2, 3, 32, 32) and frame.dtype == np.uint8 for frame in frames)
+        assert not np.array_equal(frames[0], frames[-1])  # the cart moved
+        assert frames[0].min() < 100 < 200 < frames[0].max()  # a drawn cart on a white background
+    finally:
+        vector.close()
+    assert envs.choose_vectorization(EnvConfig(id="CartPole-v1", pixels={"enabled": True}), 1) == "sync"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"id": "ALE/Pong-v5"}, r"frame options of its own \(env.atari\)"),
+    ({"id": "MiniGrid-Empty-5x5-v0"}, r"env.minigrid.view"),
+    ({"id": "Pendulum-v1", "mask_obs": [0]}, r"env.mask_obs = \[0\].*use one of them"),
+    ({"id": "CartPole-v1", "vectorization": "vector_entry_point"}, r"env.pixels: it wraps"),
+])
+def test_pixels_are_refused_where_they_cannot_apply(options, message):
+    from rlfoundry import envs
+    from rlfoundry.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        envs.make(EnvConfig(**options, num_envs=1, pixels={"enabled": True}))

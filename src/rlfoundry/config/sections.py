@@ -48,6 +48,17 @@ class _SizedFrames(StrictModel):
         return (self.img_size, self.img_size) if isinstance(self.img_size, int) else self.img_size
 
 
+class PixelsConfig(_SizedFrames):
+    """Observe what an id renders instead of its observation (`rlfoundry.envs.wrappers.RenderedFrames`): Pendulum or
+    CartPole from pixels. Families with frames of their own have their own options (env.atari, env.dm_control.pixels,
+    env.minigrid.view, env.vizdoom, env.retro)."""
+
+    enabled: bool = Field(False, description="true: observations are the env's rgb_array frames, uint8 [3, H, W], "
+                                             "resized with OpenCV's INTER_AREA; the env's own observation is unused.")
+    img_size: int | tuple[int, int] = Field(64, description="Frame size: a side or [height, width].")
+    _img_size = field_validator("img_size", mode="before")(classmethod(lambda cls, value: _frame_size(value)))
+
+
 class DmControlConfig(_SizedFrames):
     """Observations of DeepMind Control Suite ids (dm_control/<domain>-<task>-v0); see `rlfoundry.envs.dm_control`."""
 
@@ -170,6 +181,8 @@ class EnvConfig(StrictModel):
     action_repeat: PositiveInt = Field(
         1, description="Repeat each action this many env steps, summing the rewards (stops at the episode's end); "
         "DeepMind Control practice: 8 for cartpole, 2 for walker and cheetah. ALE ids use env.atari.frame_skip.")
+    pixels: PixelsConfig = Field(default_factory=PixelsConfig, description="Observe rendered frames (ids that render "
+                                 "rgb_array, outside the families below).")
     minigrid: MiniGridConfig = Field(default_factory=MiniGridConfig, description="MiniGrid ids only: the observation.")
     atari: AtariConfig = Field(default_factory=AtariConfig, description="ALE ids only: the preprocessing.")
     dm_control: DmControlConfig = Field(

@@ -28,7 +28,7 @@ from rlfoundry.envs.config_wrappers import wrapped
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
 from rlfoundry.envs.toys import register_toys
-from rlfoundry.envs.wrappers import ActionRepeat, FiniteCheck, MaskObservation, mask_obs_space
+from rlfoundry.envs.wrappers import ActionRepeat, FiniteCheck, MaskObservation, RenderedFrames, mask_obs_space
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
 ASYNC_STEP_SECONDS = 2e-3
@@ -125,7 +125,7 @@ def env_seed(seed: int) -> int:
     return int(np.random.SeedSequence(seed).generate_state(1)[0] >> 1)  # < 2**31: every env family takes it
 
 
-def check_renders(env_id: str) -> None:
+def check_renders(env_id: str, purpose: str = "cannot record a video") -> None:
     """Raise ConfigError unless `env_id` can render rgb_array frames (checked before any env is built)."""
     register_optional_families(env_id)
     spec = gym.spec(env_id)
@@ -134,8 +134,25 @@ def check_renders(env_id: str) -> None:
         creator = gym.envs.registration.load_env_creator(creator)
     modes = getattr(creator, "metadata", {}).get("render_modes")
     if modes is not None and "rgb_array" not in modes:
-        raise ConfigError(f"env.id = '{env_id}': cannot record a video: the env renders {list(modes) or 'nothing'}, "
+        raise ConfigError(f"env.id = '{env_id}': {purpose}: the env renders {list(modes) or 'nothing'}, "
                           "not 'rgb_array'")
+
+
+def check_pixels(env_cfg) -> None:
+    """`env.pixels` is for ids that render rgb_array outside the families with frames of their own."""
+    if not env_cfg.pixels.enabled:
+        return
+    family = family_of(env_cfg.id)
+    if atari.is_atari(env_cfg.id) or is_minigrid(env_cfg.id) or family is not None:
+        own = ("env.atari" if atari.is_atari(env_cfg.id) else "env.minigrid.view" if is_minigrid(env_cfg.id) else
+               {"dm_control/": "env.dm_control.pixels", "Vizdoom": "env.vizdoom", "retro/": "env.retro"}.get(
+                   family.prefix, "none: its ids run batched, without rendering"))
+        raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} is an id of a family with frame options of its "
+                          f"own ({own})")
+    if env_cfg.mask_obs:
+        raise ConfigError(f"env.mask_obs = {env_cfg.mask_obs}: hides entries of vector observations, and "
+                          "env.pixels.enabled = true observes frames; use one of them")
+    check_renders(env_cfg.id, "env.pixels.enabled = true")
 
 
 def is_minigrid(env_id: str) -> bool:
@@ -191,6 +208,7 @@ def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
             raise ConfigError(
                 f"env.normalize_obs = static: {env_cfg.id}'s observation space {observation_space} has no finite "
                 f"bounds to rescale from (entries {unbounded}); allowed: true (running statistics) or false")
+    check_pixels(env_cfg)
     if env_cfg.minigrid != type(env_cfg.minigrid)() and not is_minigrid(env_cfg.id):
         shown = env_cfg.minigrid.model_dump()
         raise ConfigError(f"env.minigrid = {shown}: {env_cfg.id} is not a MiniGrid id; remove the section")
@@ -214,6 +232,10 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
     (`rlfoundry.envs.config_wrappers`).
     """
     family = load_family(env_id)
+    pixels = env_cfg is not None and env_cfg.pixels.enabled
+    if pixels:
+        check_pixels(env_cfg)
+        kwargs = {**kwargs, "render_mode": "rgb_array"}
     if is_minigrid(env_id):
         from rlfoundry.envs import minigrid
 
@@ -225,6 +247,8 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
         make_env = partial(gym.make, env_id, **kwargs)
     if env_cfg is not None and env_cfg.action_repeat > 1:
         make_env = partial(ActionRepeat.around, make_env, env_cfg.action_repeat)
+    if pixels:  # outside the repeat: one frame per agent step
+        make_env = partial(RenderedFrames.around, make_env, *env_cfg.pixels.frame_size)
     if env_cfg is not None and env_cfg.wrappers:
         return partial(wrapped, make_env, env_cfg.wrappers)
     return make_env
@@ -292,12 +316,12 @@ def choose_vectorization(env_cfg, num_envs: int) -> str:
                           "worker processes would each compile it; allowed: auto, vector_entry_point, sync")
     if env_cfg.vectorization != "auto":
         return env_cfg.vectorization
-    if family_mode == "vector_entry_point" and (env_cfg.wrappers or env_cfg.action_repeat > 1):
-        return "sync"  # they wrap single envs
+    single = bool(env_cfg.wrappers) or env_cfg.action_repeat > 1 or env_cfg.pixels.enabled  # wrap single envs
+    if family_mode == "vector_entry_point" and single:
+        return "sync"
     if family_mode:
         return family_mode
-    if (gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs and not env_cfg.wrappers
-            and env_cfg.action_repeat == 1):
+    if gym.spec(env_cfg.id).vector_entry_point is not None and not env_cfg.kwargs and not single:
         return "vector_entry_point"
     if num_envs >= 2 and (os.cpu_count() or 1) >= 2:
         if _step_seconds(env_fn(env_cfg.id, make_kwargs(env_cfg), env_cfg)) * num_envs >= ASYNC_STEP_SECONDS:
@@ -325,8 +349,9 @@ def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None)
             raise ConfigError(
                 f"env.vectorization = 'vector_entry_point': {env_cfg.id} has none; allowed: auto, sync, async"
             )
-        if env_cfg.wrappers or env_cfg.action_repeat > 1:
-            shown = "env.wrappers: they wrap" if env_cfg.wrappers else "env.action_repeat: it wraps"
+        if env_cfg.wrappers or env_cfg.action_repeat > 1 or env_cfg.pixels.enabled:
+            shown = ("env.wrappers: they wrap" if env_cfg.wrappers else "env.action_repeat: it wraps"
+                     if env_cfg.action_repeat > 1 else "env.pixels: it wraps")
             raise ConfigError(f"{shown} each sub-env, and env.vectorization = 'vector_entry_point' "
                               "builds none; use auto, sync or async")
         return gym.make_vec(env_cfg.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)

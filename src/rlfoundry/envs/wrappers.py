@@ -2,6 +2,8 @@
 
 `ActionRepeat` (`env.action_repeat`) wraps each sub-env: one agent step is k env steps with the same action.
 
+`RenderedFrames` (`env.pixels`) wraps each sub-env: its rendered frames become the observation.
+
 `MaskObservation` makes a POMDP from a vector-observation env by hiding chosen entries (`env.mask_obs`).
 Hidden entries are *removed*, not zeroed: the observation shrinks (CartPole with `mask_obs: [1, 3]` observes
 [cart position, pole angle]). That is what the POMDP benchmarks do (pomdp-baselines' "-P" tasks keep
@@ -13,8 +15,10 @@ points (CartPole) that have no single-env factory.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
+import cv2
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
@@ -78,6 +82,39 @@ class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
             if terminated or truncated:
                 break
         return obs, total, terminated, truncated, info
+
+
+class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """The env's rgb_array frames as its observation, uint8 [3, height, width] (`env.pixels`): RGB resized with
+    OpenCV's INTER_AREA, rendered once per (repeated) step. The env must be made with `render_mode="rgb_array"`.
+    pygame-drawn envs (classic control, Box2D) draw off-screen: SDL's dummy video driver unless one is set."""
+
+    def __init__(self, env: gym.Env, height: int = 64, width: int = 64):
+        gym.utils.RecordConstructorArgs.__init__(self, height=height, width=width)
+        gym.Wrapper.__init__(self, env)
+        if env.render_mode != "rgb_array":
+            raise ValueError(f"render_mode = {env.render_mode!r}: RenderedFrames needs 'rgb_array'")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        self.size = (width, height)
+        self.observation_space = spaces.Box(0, 255, (3, height, width), np.uint8)
+
+    @classmethod
+    def around(cls, make_env, height: int, width: int) -> "RenderedFrames":
+        return cls(make_env(), height, width)
+
+    def frame(self) -> np.ndarray:
+        frame = np.asarray(self.env.render())
+        if frame.shape[:2] != (self.size[1], self.size[0]):
+            frame = cv2.resize(frame, self.size, interpolation=cv2.INTER_AREA)
+        return np.ascontiguousarray(frame[..., :3].transpose(2, 0, 1), dtype=np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        _, info = self.env.reset(seed=seed, options=options)
+        return self.frame(), info
+
+    def step(self, action):
+        _, reward, terminated, truncated, info = self.env.step(action)
+        return self.frame(), reward, terminated, truncated, info
 
 
 class MaskObservation(VectorObservationWrapper):
