@@ -86,7 +86,7 @@ def test_the_image_encoder_and_decoder_keep_the_reference_shapes():
 
     encoder = ImageEncoder((3, 64, 64), depth=4)
     images = torch.randint(0, 256, (2, 5, 3, 64, 64), dtype=torch.uint8)
-    assert encoder(images).shape == (2, 5, 16 * 4 * 4) and encoder.output_size == 256
+    assert encoder(images.float() / 255).shape == (2, 5, 16 * 4 * 4) and encoder.output_size == 256
     decoder = ImageDecoder((3, 64, 64), depth=4, deter=64, stoch=32, units=16)
     feats = torch.randn(2, 5, 96, requires_grad=True)
     out = decoder(feats)

@@ -137,7 +137,7 @@ class Dreamer(Agent):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: DreamerConfig = cfg.algo
         algo = self.algo
-        problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape)
+        problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape, algo.model.cnn)
         if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
             raise ConfigError(f"algo.name = 'dreamer': {spec.id} gives {spec.observation_space} observations; "
                               f"DreamerV3 takes vectors (a 1-D Box) or uint8 {problem or 'images'}")

@@ -13,8 +13,9 @@ against the source):
 
 The model is `world_models/latent.LatentModel` with PlaNet's options (Gaussian latents of 30 dims, a GRU of 200,
 ReLU layers of 200 without norms, a Gaussian reward head, no continue head, one KL term) and `world_models/planning`
-plans. Deliberate choices: observations here are vectors, through the shared vector encoder and decoder (symlog,
-as DreamerV3; PlaNet itself only learned from pixels); the reward head has `head_layers` × `units` (PlaNet 3 × 300);
+plans. Images (uint8, 64 × 64) go through PlaNet's CNNs with 5-bit inputs (`world_models/vision.py`). Deliberate
+choices: vectors go through the shared vector encoder and decoder (symlog, as DreamerV3; PlaNet itself only learned
+from pixels); the reward head has `head_layers` × `units` (PlaNet 3 × 300);
 the learning-rate warm-up of the camera-ready code (removed later in the repository) is left out; actions are
 planned in [-1, 1] and scaled to the env's bounds.
 """
@@ -32,6 +33,7 @@ from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import env_seed
+from rlfoundry.world_models import vision
 from rlfoundry.world_models.latent import (
     ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, time_major,
     to_env_actions,
@@ -46,6 +48,7 @@ PLANET_MODEL = {
              "posterior_layers": 1, "norm": False, "act": "relu", "min_std": 0.1},
     "units": 200, "encoder_layers": 2, "decoder_layers": 2, "head_layers": 3, "free_nats": 3.0,
     "kl_balance": False, "reward_head": "normal", "continue_head": False, "loss_scales": {"rew": 10.0, "kl": 1.0},
+    "cnn": "planet", "image_bits": 5,
 }
 
 
@@ -100,10 +103,13 @@ class PlaNet(Agent):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: PlaNetConfig = cfg.algo
         algo = self.algo
-        if len(spec.obs_shape) != 1 or spec.discrete or len(spec.action_space.shape) != 1:
-            raise ConfigError(f"algo.name = 'planet': {spec.id} has {spec.observation_space} observations and "
-                              f"{spec.action_space} actions; rlfoundry's PlaNet plans 1-D Box actions from vector "
-                              f"observations")
+        problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape, algo.model.cnn)
+        if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
+            raise ConfigError(f"algo.name = 'planet': {spec.id} gives {spec.observation_space} observations; PlaNet "
+                              f"takes vectors (a 1-D Box) or uint8 {problem or 'images'}")
+        if spec.discrete or len(spec.action_space.shape) != 1:
+            raise ConfigError(f"algo.name = 'planet': {spec.id} has {spec.action_space} actions; PlaNet plans 1-D Box "
+                              "actions")
         self.action_size = spec.action_space.shape[0]
         self.model = LatentModel(algo.model, spec.obs_shape, self.action_size, False).to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=algo.lr, eps=algo.adam_eps)

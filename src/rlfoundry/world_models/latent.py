@@ -12,7 +12,7 @@ heads, trained on replayed sequences with one loss per (batch, time) element:
 
 The continue target carries the discount 1 - 1/horizon (HEAD `contdisc`), so imagination discounts through the
 continue head alone. Image observations go through DreamerV3's CNN encoder and decoder (`vision.py`) instead of
-the MLPs, with the reconstruction loss against image / 255.
+the MLPs, with the reconstruction loss against image / 255 (or PlaNet's CNNs and 5-bit images, `cnn: planet`).
 
 PlaNet's settings (google-research/planet `scripts/configs.py`) are options of the same model: Gaussian latents and
 a GRU cell (`RSSMConfig`), ReLU without norms, a unit-variance Gaussian reward head weighted 10, no continue head,
@@ -57,6 +57,11 @@ class LatentModelConfig(StrictModel):
                                                          "(PlaNet: 3).")
     kl_balance: bool = Field(True, description="DreamerV3's two KL terms (dyn, rep); false: PlaNet's one KL(q ‖ p) "
                                                "training both sides.")
+    cnn: Literal["dreamerv3", "planet"] = Field(
+        "dreamerv3", description="Image observations: DreamerV3's CNNs (`depth`; H, W divisible by 16) or PlaNet's "
+                                 "(64 × 64 only, `image_bits`); see world_models/vision.py.")
+    image_bits: int = Field(8, ge=1, le=8, description="PlaNet's CNNs: bits per image channel kept, with uniform "
+                                                       "dequantisation noise (PlaNet: 5).")
     reward_head: Literal["twohot", "normal"] = Field(
         "twohot", description="DreamerV3's two-hot over symexp bins, or PlaNet's unit-variance Gaussian.")
     continue_head: bool = Field(True, description="Predict episode continuation (PlaNet has none).")
@@ -70,7 +75,8 @@ class LatentModel(nn.Module):
         U, norm, act = cfg.units, cfg.rssm.norm, cfg.rssm.act
         self.images = len(obs_shape) == 3
         if self.images:
-            self.encoder = vision.ImageEncoder(obs_shape, cfg.depth)
+            self.encoder = (vision.PlaNetEncoder(obs_shape) if cfg.cnn == "planet" else
+                            vision.ImageEncoder(obs_shape, cfg.depth))
             embed_size = self.encoder.output_size
         else:
             self.encoder = mlp(obs_shape[0], U, cfg.encoder_layers, norm, act)
@@ -78,7 +84,8 @@ class LatentModel(nn.Module):
         self.rssm = RSSM(cfg.rssm, action_size, embed_size, discrete_actions)
         F_ = self.rssm.feature_size
         if self.images:
-            self.decoder = vision.ImageDecoder(obs_shape, cfg.depth, cfg.rssm.deter, self.rssm.stoch_size, U)
+            self.decoder = (vision.PlaNetDecoder(obs_shape, F_) if cfg.cnn == "planet" else
+                            vision.ImageDecoder(obs_shape, cfg.depth, cfg.rssm.deter, self.rssm.stoch_size, U))
         else:
             self.decoder = nn.Sequential(mlp(F_, U, cfg.decoder_layers, norm, act), output_layer(U, obs_shape[0], 1.0))
         twohot = cfg.reward_head == "twohot"
@@ -92,25 +99,35 @@ class LatentModel(nn.Module):
     def device(self) -> torch.device:
         return self.rssm.prior_net[-1].weight.device
 
-    def embed(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.encoder(obs) if self.images else self.encoder(dists.symlog(obs.float()))
-
-    def reconstruction_loss(self, feats: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        """[..., F] features, [..., *obs_shape] observations -> [...]: squared error summed over the observation,
-        against symlog(vectors) or images / 255."""
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations as the encoder takes them and the decoder reconstructs them: symlog(vectors), or images as
+        `vision.network_input` prepares them for the model's CNNs."""
         if self.images:
-            return (self.decoder(feats) - obs.float() / 255.0).square().sum((-3, -2, -1))
-        return (self.decoder(feats) - dists.symlog(obs.float())).square().sum(-1)
+            return vision.network_input(obs, self.cfg.cnn, self.cfg.image_bits)
+        return dists.symlog(obs.float())
+
+    def embed(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.inputs(obs))
+
+    def reconstruction_loss(self, feats: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        """[..., F] features, [..., *obs_shape] `inputs(obs)` -> [...]: the squared error summed over the
+        observation (PlaNet's images: halved, the unit-variance Gaussian's negative log-likelihood)."""
+        error = (self.decoder(feats) - inputs).square()
+        if not self.images:
+            return error.sum(-1)
+        error = error.sum((-3, -2, -1))
+        return 0.5 * error if self.cfg.cnn == "planet" else error
 
     def loss(self, start: State, obs: torch.Tensor, prev_actions: torch.Tensor, rewards: torch.Tensor,
              is_first: torch.Tensor, is_terminal: torch.Tensor, discount: float) -> tuple[dict[str, torch.Tensor], State]:
         """Time-major [T, N, ...] observations, the core's inputs of the previous actions, rewards, is_first and
         is_terminal, from the context `start` [N, ...]. -> (each term [T, N] unweighted, plus `loss` [T, N]; the
         posterior states [T, N, ...])."""
-        states, post, prior = self.rssm.observe(start, prev_actions, self.embed(obs), is_first)
+        inputs = self.inputs(obs)
+        states, post, prior = self.rssm.observe(start, prev_actions, self.encoder(inputs), is_first)
         feats = RSSM.features(states)
         cfg = self.cfg
-        terms = {"rec": self.reconstruction_loss(feats, obs)}
+        terms = {"rec": self.reconstruction_loss(feats, inputs)}
         if cfg.reward_head == "twohot":
             terms["rew"] = self.twohot.loss(self.reward(feats), rewards)
         else:  # -log N(r; μ, 1) up to a constant

@@ -1,4 +1,6 @@
-"""DreamerV3's image encoder and decoder (reference code HEAD, `dreamerv3/rssm.py` `Encoder`, `Decoder`; fact sheet
+"""Image encoders and decoders of the latent models: DreamerV3's and PlaNet's.
+
+DreamerV3's image encoder and decoder (reference code HEAD, `dreamerv3/rssm.py` `Encoder`, `Decoder`; fact sheet
 dreamer_planet.md §2, checked against danijar/dreamerv3 f8817c4). Images are uint8 [C, H, W] with H and W divisible
 by 16 (the reference uses 64 × 64), scaled to [0, 1] and shifted by -0.5 for the encoder; `depth` d sets the
 channels d·(2, 3, 4, 4) of the four stages.
@@ -9,6 +11,15 @@ channels d·(2, 3, 4, 4) of the four stages.
               then per stage with channels 4d, 3d, 2d:  nearest ×2 → Conv k5 → RMSNorm → SiLU
               then nearest ×2 → Conv k5 to C channels → sigmoid: the image in [0, 1]
     loss:     Σ over pixels and channels of (decoded - image / 255)²
+
+PlaNet's (google-research/planet `networks/conv_ha.py`, `tools/preprocess.py`; fact sheet §7): 64 × 64 images only.
+
+    input:    5-bit images: floor(image / 2^(8-bits)) / 2^bits + U(0, 2^-bits) - 0.5  (dequantisation noise), which
+              is also the reconstruction target
+    encoder:  4 × (Conv k4 stride 2 'valid' → ReLU), channels 32, 64, 128, 256: 64 → 31 → 14 → 6 → 2; flatten (1024)
+    decoder:  Linear(features → 1024) as [1024, 1, 1], transposed convs k5, 5, 6, 6 stride 2 with channels 128, 64,
+              32 (ReLU) and C: 1 → 5 → 13 → 30 → 64; the mean of a unit-variance Gaussian
+    loss:     Σ over pixels and channels of ½ (decoded - target)²
 """
 
 from __future__ import annotations
@@ -24,11 +35,27 @@ CHANNELS_LAST = torch.channels_last
 STAGES = len(MULTS)
 
 
-def check_image(shape: tuple[int, ...]) -> str | None:
-    """Why an observation shape cannot go through these networks, or None."""
-    if len(shape) != 3 or shape[1] % 2**STAGES or shape[2] % 2**STAGES:
+PLANET_SIZE = (64, 64)
+
+
+def check_image(shape: tuple[int, ...], cnn: str = "dreamerv3") -> str | None:
+    """Why an observation shape cannot go through the `cnn` networks, or None."""
+    if cnn == "planet":
+        if len(shape) != 3 or tuple(shape[1:]) != PLANET_SIZE:
+            return f"images [C, 64, 64] (PlaNet's CNNs), not {list(shape)}"
+    elif len(shape) != 3 or shape[1] % 2**STAGES or shape[2] % 2**STAGES:
         return f"images [C, H, W] with H and W divisible by {2 ** STAGES} (e.g. 64 × 64), not {list(shape)}"
     return None
+
+
+def network_input(images: torch.Tensor, cnn: str, bits: int = 8) -> torch.Tensor:
+    """uint8 images -> the float images the `cnn` networks take and reconstruct: DreamerV3 image / 255; PlaNet
+    `bits`-bit images with uniform dequantisation noise, centred (module docstring)."""
+    if cnn != "planet":
+        return images.float() / 255.0
+    bins = 2.0 ** bits
+    x = torch.floor(images.float() / 2.0 ** (8 - bits)) / bins
+    return x + torch.rand_like(x) / bins - 0.5
 
 
 class ChannelRMSNorm(nn.Module):
@@ -63,9 +90,9 @@ class ImageEncoder(nn.Module):
         self.output_size = channels[-1] * (shape[1] >> STAGES) * (shape[2] >> STAGES)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """[..., C, H, W] uint8 -> [..., output_size]."""
+        """[..., C, H, W] images in [0, 1] -> [..., output_size]."""
         lead = images.shape[:-3]
-        x = (images.reshape(-1, *images.shape[-3:]).float() / 255.0 - 0.5).contiguous(memory_format=CHANNELS_LAST)
+        x = (images.reshape(-1, *images.shape[-3:]) - 0.5).contiguous(memory_format=CHANNELS_LAST)
         for layer, norm in zip(self.convs, self.norms):
             x = F.silu(norm(F.max_pool2d(layer(x), 2)))
         return x.reshape(*lead, -1)
@@ -101,4 +128,39 @@ class ImageDecoder(nn.Module):
         for layer, norm in zip(self.convs, self.norms):
             x = F.silu(norm(layer(F.interpolate(x, scale_factor=2, mode="nearest"))))
         x = torch.sigmoid(self.out(F.interpolate(x, scale_factor=2, mode="nearest")))
+        return x.reshape(*lead, *self.shape)
+
+
+class PlaNetEncoder(nn.Module):
+    def __init__(self, shape: tuple[int, int, int]):
+        super().__init__()
+        channels = [shape[0], 32, 64, 128, 256]
+        self.convs = nn.ModuleList(nn.Conv2d(a, b, 4, stride=2) for a, b in zip(channels, channels[1:]))
+        self.output_size = 256 * 2 * 2
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """[..., C, 64, 64] network inputs (`network_input`) -> [..., 1024]."""
+        lead = images.shape[:-3]
+        x = images.reshape(-1, *images.shape[-3:]).contiguous(memory_format=CHANNELS_LAST)
+        for layer in self.convs:
+            x = F.relu(layer(x))
+        return x.reshape(*lead, -1)
+
+
+class PlaNetDecoder(nn.Module):
+    def __init__(self, shape: tuple[int, int, int], features: int):
+        super().__init__()
+        self.shape = shape
+        self.project = nn.Linear(features, 1024)
+        channels, kernels = [1024, 128, 64, 32, shape[0]], [5, 5, 6, 6]
+        self.deconvs = nn.ModuleList(nn.ConvTranspose2d(a, b, k, stride=2)
+                                     for a, b, k in zip(channels, channels[1:], kernels))
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        """[..., F] features -> [..., C, 64, 64] means of the network inputs."""
+        lead = feats.shape[:-1]
+        x = self.project(feats.reshape(-1, feats.shape[-1]))[:, :, None, None]
+        for i, layer in enumerate(self.deconvs):
+            x = layer(x)
+            x = F.relu(x) if i < len(self.deconvs) - 1 else x
         return x.reshape(*lead, *self.shape)
