@@ -5,7 +5,7 @@ installing an optional family, and what the test suite runs over every shipped p
 Shrunk so a variant takes seconds: 2 envs × 64 steps (PPO and the on-policy algorithms: two minibatches), or 64
 steps with two gradient steps of 16 from the first step (DQN, SAC); SimPLe gets one real env, a small world model
 (on 36×36 frames for ALE ids), a 256-step budget of which 210 are random play, and one PPO update in the model;
-DreamerV3 keeps its model size and trains on windows of 2 × 8 steps, twice per 16 env steps; PlaNet keeps its model
+DreamerV3 keeps its model size and trains on windows of 2 × 8 steps, once per 16 env steps; PlaNet keeps its model
 and plans with 16 candidates over 2 iterations, with 2 updates after each episode.
 Episodes are cut at 200 steps (800 emulator frames for ALE ids) so that evaluation ends.
 """
@@ -45,8 +45,8 @@ def smoke_overrides(cfg) -> tuple[list[str], int]:
                   "algo.random_steps=210", "algo.real_steps_per_epoch=46", "algo.world_model_steps=10",
                   "algo.first_epoch_multiplier=1", "algo.rollout_length=5", "algo.reward_steps=2", "algo.sim_envs=2",
                   "algo.ppo_updates=1", "algo.ppo.num_steps=4", "algo.ppo.minibatch_size=4"]
-    if name == "dreamer":  # 2 envs × 64 steps, updates from the 8th step on (windows of 2 × 8), 2 per 16 env steps
-        shrink = ["algo.batch_size=2", "algo.batch_length=8", "algo.train_ratio=2", "algo.collect_steps=16"]
+    if name == "dreamer":  # 2 envs × 64 steps, updates from the 8th step on (windows of 2 × 8), 1 per 16 env steps
+        shrink = ["algo.batch_size=2", "algo.batch_length=8", "algo.train_ratio=1", "algo.collect_steps=16"]
     if name == "planet":  # its model size, a small plan (16 candidates, 2 iterations), 2 updates per episode
         shrink = ["algo.batch_size=2", "algo.batch_length=8", "algo.seed_episodes=1", "algo.updates_per_episode=2",
                   "algo.candidates=16", "algo.top_k=4", "algo.iterations=2", "algo.collect_steps=16"]
