@@ -1,5 +1,5 @@
 """The sequence replay of latent world models (`buffers/sequences.py`): rows as the env stream gives them, windows
-with their context row, stored latents, and the checkpoint round trip."""
+with their context row, stored latents, online windows served first, and the checkpoint round trip."""
 
 import numpy as np
 import pytest
@@ -32,8 +32,8 @@ def stream(replay: SequenceReplay, steps: int, episode_length: int = 5, latents:
         obs = next_obs
 
 
-def make(capacity=2 * 40, latent_size=1):
-    return SequenceReplay(capacity, B, (1,), np.float32, (), np.float32, latent_size)
+def make(capacity=2 * 40, latent_size=1, online_length=None):
+    return SequenceReplay(capacity, B, (1,), np.float32, (), np.float32, latent_size, online_length)
 
 
 def test_rows_follow_the_stream_with_resets_as_episode_starts():
@@ -123,3 +123,35 @@ def test_a_state_for_another_buffer_is_refused_and_changes_nothing():
     with pytest.raises(ValueError, match="capacity, num_envs, latent_size"):
         replay.load_state_dict(other.state_dict())
     assert replay.step == 5
+
+
+def test_online_windows_cover_each_step_once_and_are_served_first():
+    """DreamerV3's `replay.online`: every complete window of L + 1 rows starting at a multiple of L + 1 (each step in
+    one of them), for every env, served once, oldest first, before uniform sampling fills the batch."""
+    replay = make(capacity=2 * 40, online_length=4)
+    stream(replay, 4)  # rows 0..4: the first window just completed
+    assert list(replay.queue) == [(0, 0), (0, 1)]
+    stream_more = make(capacity=2 * 40, online_length=4)
+    stream(stream_more, 16)  # windows at rows 0, 5, 10 (15..19 is not complete yet)
+    assert [start for start, env in stream_more.queue if env == 0] == [0, 5, 10]
+    batch = stream_more.sample(4, 4, np.random.default_rng(0))
+    assert batch.rows[:4].tolist() == [0, 0, 5, 5] and batch.envs[:4].tolist() == [0, 1, 0, 1]
+    batch = stream_more.sample(5, 4, np.random.default_rng(0))  # the last 2 online, then 3 uniform
+    assert batch.rows[:2].tolist() == [10, 10] and not stream_more.queue
+    assert np.array_equal(batch.obs[..., 0] - 1000.0 * batch.envs[:, None], batch.rows[:, None] + np.arange(5)[None])
+    # another length, or a replay without online windows, samples uniformly only
+    other = make(capacity=2 * 40, online_length=4)
+    stream(other, 16)
+    other.sample(6, 3, np.random.default_rng(0))
+    assert len(other.queue) == 6
+    # windows overwritten before they were served are skipped
+    small = make(capacity=2 * 12, online_length=4)
+    stream(small, 30)
+    batch = small.sample(8, 4, np.random.default_rng(0))
+    assert batch.rows.min() >= 30 - 11 and not small.queue
+    # the queue travels in the checkpoint
+    saved = make(capacity=2 * 40, online_length=4)
+    stream(saved, 16)
+    restored = make(capacity=2 * 40, online_length=4)
+    restored.load_state_dict({name: np.array(value) for name, value in saved.state_dict().items()})
+    assert list(restored.queue) == list(saved.queue)

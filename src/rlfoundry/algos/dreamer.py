@@ -20,8 +20,9 @@ REINFORCE for discrete and continuous actions, the replay value loss, the discou
 
 Deliberate choices: evaluation with `eval.deterministic` takes the policy's mode (the reference always samples);
 continuous actions are the policy's unclipped samples in [-1, 1] units, clipped and scaled to the env's bounds on
-the way out (the reference's ClipAction and NormalizeAction wrappers); replay is uniform (the reference also
-serves each fresh window once first, `replay.online`).
+the way out (the reference's ClipAction and NormalizeAction wrappers). Replay as the reference's
+(`replay.online: True`): each fresh window is served once first, the rest of a batch is uniform
+(`buffers/sequences.py`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class DreamerConfig(StrictModel):
     max_std: PositiveFloat = Field(1.0, description="Continuous policy: largest std.")
     replay_size: PositiveInt = Field(5_000_000, description="Replay capacity in steps (all envs); capped at the "
                                                             "run's total_timesteps.")
+    replay_online: bool = Field(True, description="Serve each fresh window once before sampling uniformly (the "
+                                                  "reference's replay.online); false: uniform only.")
     collect_steps: PositiveInt = Field(16, description="Vector env steps per iteration (between the trainer's "
                                                        "evaluations, logs and checkpoints).")
 
@@ -160,7 +163,7 @@ class Dreamer(Agent):
         capacity = max(capacity, spec.num_envs * (algo.batch_length + 2))
         action_shape, action_dtype = ((), np.int64) if self.discrete else ((action_size,), np.float32)
         self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
-                                     action_dtype, feature_size)
+                                     action_dtype, feature_size, algo.batch_length if algo.replay_online else None)
         self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
         self.discount = 1.0 - 1.0 / algo.horizon
         self.obs: np.ndarray | None = None  # the observation the next step starts from

@@ -20,12 +20,19 @@ that leads into the first trained step. Rows without a latent (written before th
 prefill) start from zero. After training, `write_latents` stores the posterior states of the sampled rows, so the
 next window starting there starts from a state the current model computed.
 
-Checkpoints: `state_dict()` holds the rows written so far and the ring position; a loaded replay has exactly the
-rows it had (tested: no duplication on resume, a known failure of dreamerv3 #103).
+Online windows (`online_length` L, DreamerV3 HEAD `replay.online: True`, `embodied/core/replay.py`): every
+window of L + 1 rows that starts at a multiple of L + 1 is queued once it is complete, for every env, so each step
+lands in one such window; `sample(batch, L)` serves queued windows first (oldest first, each once, skipping any
+overwritten since) and fills the rest of the batch uniformly. At the reference's ratios the queue drains at every
+update, so each fresh step is trained on soon after it is collected.
+
+Checkpoints: `state_dict()` holds the rows written so far, the ring position and the queue; a loaded replay has
+exactly the rows it had (tested: no duplication on resume, a known failure of dreamerv3 #103).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import NamedTuple
 
 import numpy as np
@@ -49,7 +56,7 @@ class SequenceReplay:
     """The newest `capacity // num_envs` steps of each of `num_envs` envs."""
 
     def __init__(self, capacity: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype, action_shape: tuple[int, ...],
-                 action_dtype, latent_size: int):
+                 action_dtype, latent_size: int, online_length: int | None = None):
         self.rows_per_env = R = capacity // num_envs
         if R < 2:
             raise ValueError(f"capacity {capacity} for {num_envs} envs: need at least 2 steps per env")
@@ -65,6 +72,8 @@ class SequenceReplay:
         self.has_latent = np.zeros((R, B), bool)
         self.step = -1  # absolute row of the pending row (the newest); -1 before `start`
         self.prev_done = np.zeros(B, bool)
+        self.online_length = online_length
+        self.queue: deque[tuple[int, int]] = deque()  # (start row, env) of online windows not served yet
 
     # ---------------------------------------------------------------- filling
 
@@ -100,6 +109,9 @@ class SequenceReplay:
         self.is_terminal[slot] = terminal
         self.actions[slot] = 0
         self.has_latent[slot] = False
+        L = self.online_length
+        if L is not None and self.step >= L and (self.step - L) % (L + 1) == 0:  # a window became complete
+            self.queue.extend((self.step - L, env) for env in range(self.num_envs))
 
     # ---------------------------------------------------------------- sampling
 
@@ -113,13 +125,22 @@ class SequenceReplay:
         return (min(self.step + 1, self.rows_per_env)) * self.num_envs if self.step >= 0 else 0
 
     def sample(self, batch_size: int, length: int, rng: np.random.Generator) -> SequenceBatch:
-        """`batch_size` windows of `length + 1` rows, uniformly over starts and envs (with replacement)."""
+        """`batch_size` windows of `length + 1` rows: queued online windows first (when `length` is the online
+        length), the rest uniformly over starts and envs (with replacement)."""
         count = self.starts(length)
         if count <= 0:
             raise ValueError(f"the sequence replay holds no window of {length + 1} steps yet")
         oldest = max(0, self.step - self.rows_per_env + 1)
-        rows = oldest + rng.integers(0, count, batch_size)
-        envs = rng.integers(0, self.num_envs, batch_size)
+        online: list[tuple[int, int]] = []
+        while self.queue and len(online) < batch_size and length == self.online_length:
+            start, env = self.queue.popleft()
+            if start >= oldest:
+                online.append((start, env))
+        uniform = batch_size - len(online)
+        rows = np.concatenate([np.array([start for start, _ in online], np.int64),
+                               oldest + rng.integers(0, count, uniform)])
+        envs = np.concatenate([np.array([env for _, env in online], np.int64),
+                               rng.integers(0, self.num_envs, uniform)])
         slots = (rows[:, None] + np.arange(length + 1)[None]) % self.rows_per_env  # [N, L+1]
         cols = envs[:, None]
         return SequenceBatch(
@@ -156,7 +177,8 @@ class SequenceReplay:
         not copies: save them before the next `add`."""
         used = min(self.step + 1, self.rows_per_env)
         state = {name: array[:used] for name, array in self._storage().items()}
-        state.update(config=self._config(), step=np.array(self.step, np.int64), prev_done=self.prev_done.copy())
+        state.update(config=self._config(), step=np.array(self.step, np.int64), prev_done=self.prev_done.copy(),
+                     queue=np.array(self.queue, np.int64).reshape(-1, 2))
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -178,3 +200,4 @@ class SequenceReplay:
             array[used:] = 0
         self.step = int(state["step"])
         self.prev_done = np.array(state["prev_done"], bool)
+        self.queue = deque((int(start), int(env)) for start, env in state.get("queue", np.zeros((0, 2), np.int64)))
