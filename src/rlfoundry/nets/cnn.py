@@ -71,8 +71,16 @@ def _check_batch(obs: torch.Tensor, obs_shape: tuple[int, ...]) -> None:
 def _scale(obs: torch.Tensor) -> torch.Tensor:
     x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
     # Channels-last lets oneDNN use its fast convolution kernels: NatureCNN forward + backward on 256
-    # Atari frames takes 122 ms instead of 190 ms on one CPU thread (torch 2.13).
+    # Atari frames takes 122 ms instead of 190 ms on one CPU thread (torch 2.13). The conv weights are
+    # channels-last too (`_channels_last`).
     return x.contiguous(memory_format=torch.channels_last)
+
+
+def _channels_last(net: nn.Module) -> nn.Module:
+    """The conv weights stored channels-last, as the inputs are (`_scale`): no weight reorder per call. IMPALA CNN
+    forward + backward on 100 Catch frames (1 × 20 × 16) takes 20 ms instead of 28 ms on one thread (AMD EPYC Zen
+    4, torch 2.13). `nets/flat.py` keeps the layout when it moves parameters into one buffer."""
+    return net.to(memory_format=torch.channels_last)
 
 
 class NatureCNN(nn.Module):
@@ -93,7 +101,7 @@ class NatureCNN(nn.Module):
             )  # fmt: skip
             net, self.out_features = _head(convs, self.obs_shape, net_cfg.hidden_sizes)
             _init_(net, net_cfg.ortho_init)
-            nets.append(net)
+            nets.append(_channels_last(net))
         self.nets = nn.ModuleList(nets)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -138,7 +146,7 @@ class ImpalaCNN(nn.Module):
             net, self.out_features = _head(nn.Sequential(*layers, nn.ReLU()), self.obs_shape, net_cfg.hidden_sizes)
             # PyTorch's default init, as CleanRL's ppo_procgen.py: orthogonal gain √2 through six
             # residual blocks roughly doubles the variance per block (feature std 8.8 against 0.08 at init).
-            nets.append(net)
+            nets.append(_channels_last(net))
         self.nets = nn.ModuleList(nets)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
