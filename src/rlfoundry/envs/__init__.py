@@ -146,9 +146,9 @@ def check_pixels(env_cfg) -> None:
     if atari.is_atari(env_cfg.id) or is_minigrid(env_cfg.id) or family is not None:
         own = ("env.atari" if atari.is_atari(env_cfg.id) else "env.minigrid.view" if is_minigrid(env_cfg.id) else
                {"dm_control/": "env.dm_control.pixels", "Vizdoom": "env.vizdoom", "retro/": "env.retro"}.get(
-                   family.prefix, "none: its ids run batched, without rendering"))
-        raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} is an id of a family with frame options of its "
-                          f"own ({own})")
+                   family.prefix))
+        why = f"has frame options of its own ({own})" if own else "runs batched, without rendering"
+        raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} {why}")
     if env_cfg.mask_obs:
         raise ConfigError(f"env.mask_obs = {env_cfg.mask_obs}: hides entries of vector observations, and "
                           "env.pixels.enabled = true observes frames; use one of them")
@@ -228,8 +228,8 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
     """The factory of one single env with its family's single-env wrappers (one per sub-env of a vector env).
 
     MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view), the optional
-    families (`FAMILIES`) their own preprocessing; then `env_cfg.action_repeat`, and `env_cfg.wrappers` outermost
-    (`rlfoundry.envs.config_wrappers`).
+    families (`FAMILIES`) their own preprocessing; then `env_cfg.action_repeat`, the rendered frames of
+    `env_cfg.pixels`, and `env_cfg.wrappers` outermost (`rlfoundry.envs.config_wrappers`).
     """
     family = load_family(env_id)
     pixels = env_cfg is not None and env_cfg.pixels.enabled
