@@ -41,12 +41,12 @@ from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import env_seed
-from rlfoundry.world_models import dists, vision
+from rlfoundry.world_models import dists
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, time_major,
-    to_env_actions,
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, observe_latest, restore_acting,
+    time_major, to_env_actions,
 )
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM
@@ -140,10 +140,7 @@ class Dreamer(Agent):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: DreamerConfig = cfg.algo
         algo = self.algo
-        problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape, algo.model.cnn)
-        if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
-            raise ConfigError(f"algo.name = 'dreamer': {spec.id} gives {spec.observation_space} observations; "
-                              f"DreamerV3 takes vectors (a 1-D Box) or uint8 {problem or 'images'}")
+        check_observations(spec, algo.model.cnn, "dreamer", "DreamerV3")
         self.discrete = spec.discrete
         if not self.discrete and len(spec.action_space.shape) != 1:
             raise ConfigError(f"algo.name = 'dreamer': {spec.id}'s actions {spec.action_space}: need Discrete or a 1-D Box")

@@ -33,10 +33,9 @@ from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import env_seed
-from rlfoundry.world_models import vision
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, observe_latest, restore_acting, time_major,
-    to_env_actions,
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, observe_latest, restore_acting,
+    time_major, to_env_actions,
 )
 from rlfoundry.world_models.planning import cross_entropy_method
 from rlfoundry.world_models.rssm import RSSM
@@ -103,10 +102,7 @@ class PlaNet(Agent):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: PlaNetConfig = cfg.algo
         algo = self.algo
-        problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape, algo.model.cnn)
-        if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
-            raise ConfigError(f"algo.name = 'planet': {spec.id} gives {spec.observation_space} observations; PlaNet "
-                              f"takes vectors (a 1-D Box) or uint8 {problem or 'images'}")
+        check_observations(spec, algo.model.cnn, "planet", "PlaNet")
         if spec.discrete or len(spec.action_space.shape) != 1:
             raise ConfigError(f"algo.name = 'planet': {spec.id} has {spec.action_space} actions; PlaNet plans 1-D Box "
                               "actions")

@@ -132,7 +132,7 @@ class SequenceReplay:
             raise ValueError(f"the sequence replay holds no window of {length + 1} steps yet")
         oldest = max(0, self.step - self.rows_per_env + 1)
         online: list[tuple[int, int]] = []
-        while self.queue and len(online) < batch_size and length == self.online_length:
+        while length == self.online_length and self.queue and len(online) < batch_size:
             start, env = self.queue.popleft()
             if start >= oldest:
                 online.append((start, env))

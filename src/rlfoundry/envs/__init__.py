@@ -307,6 +307,18 @@ def family_vectorization(env_id: str) -> str | None:
     return getattr(load_family(env_id), "VECTORIZATION", None)
 
 
+def single_env_option(env_cfg) -> str | None:
+    """The first option that wraps each sub-env, as an error names it (then no batched vector env can serve), or
+    None."""
+    if env_cfg.wrappers:
+        return "env.wrappers: they wrap"
+    if env_cfg.action_repeat > 1:
+        return "env.action_repeat: it wraps"
+    if env_cfg.pixels.enabled:
+        return "env.pixels: it wraps"
+    return None
+
+
 def choose_vectorization(env_cfg, num_envs: int) -> str:
     if atari.is_atari(env_cfg.id):
         return "atari"
@@ -316,7 +328,7 @@ def choose_vectorization(env_cfg, num_envs: int) -> str:
                           "worker processes would each compile it; allowed: auto, vector_entry_point, sync")
     if env_cfg.vectorization != "auto":
         return env_cfg.vectorization
-    single = bool(env_cfg.wrappers) or env_cfg.action_repeat > 1 or env_cfg.pixels.enabled  # wrap single envs
+    single = single_env_option(env_cfg) is not None
     if family_mode == "vector_entry_point" and single:
         return "sync"
     if family_mode:
@@ -349,9 +361,8 @@ def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None)
             raise ConfigError(
                 f"env.vectorization = 'vector_entry_point': {env_cfg.id} has none; allowed: auto, sync, async"
             )
-        if env_cfg.wrappers or env_cfg.action_repeat > 1 or env_cfg.pixels.enabled:
-            shown = ("env.wrappers: they wrap" if env_cfg.wrappers else "env.action_repeat: it wraps"
-                     if env_cfg.action_repeat > 1 else "env.pixels: it wraps")
+        shown = single_env_option(env_cfg)
+        if shown is not None:
             raise ConfigError(f"{shown} each sub-env, and env.vectorization = 'vector_entry_point' "
                               "builds none; use auto, sync or async")
         return gym.make_vec(env_cfg.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)

@@ -95,7 +95,7 @@ class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if env.render_mode != "rgb_array":
             raise ValueError(f"render_mode = {env.render_mode!r}: RenderedFrames needs 'rgb_array'")
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-        self.size = (width, height)
+        self.height, self.width = height, width
         self.observation_space = spaces.Box(0, 255, (3, height, width), np.uint8)
 
     @classmethod
@@ -104,8 +104,8 @@ class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def frame(self) -> np.ndarray:
         frame = np.asarray(self.env.render())
-        if frame.shape[:2] != (self.size[1], self.size[0]):
-            frame = cv2.resize(frame, self.size, interpolation=cv2.INTER_AREA)
+        if frame.shape[:2] != (self.height, self.width):
+            frame = cv2.resize(frame, (self.width, self.height), interpolation=cv2.INTER_AREA)
         return np.ascontiguousarray(frame[..., :3].transpose(2, 0, 1), dtype=np.uint8)
 
     def reset(self, *, seed=None, options=None):

@@ -30,6 +30,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 from torch import nn
 
 from rlfoundry.config.base import StrictModel
+from rlfoundry.config.errors import ConfigError
 from rlfoundry.world_models import dists, vision
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM, RSSMConfig, State
@@ -151,6 +152,15 @@ class LatentModel(nn.Module):
 
 
 # ---------------------------------------------------------------- acting with a latent model (DreamerV3, PlaNet)
+
+
+def check_observations(spec, cnn: str, algo: str, name: str) -> None:
+    """ConfigError unless the env's observations go through the model: vectors (a 1-D Box) or uint8 images the `cnn`
+    networks take. `algo` and `name` (e.g. 'dreamer', 'DreamerV3') name the agent in the message."""
+    problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape, cnn)
+    if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
+        raise ConfigError(f"algo.name = '{algo}': {spec.id} gives {spec.observation_space} observations; {name} "
+                          f"takes vectors (a 1-D Box) or uint8 {problem or 'images'}")
 
 
 def observe_latest(model: LatentModel, memory, obs: np.ndarray, action_shape: tuple[int, ...]) -> State:

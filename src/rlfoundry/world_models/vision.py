@@ -160,7 +160,6 @@ class PlaNetDecoder(nn.Module):
         """[..., F] features -> [..., C, 64, 64] means of the network inputs."""
         lead = feats.shape[:-1]
         x = self.project(feats.reshape(-1, feats.shape[-1]))[:, :, None, None]
-        for i, layer in enumerate(self.deconvs):
-            x = layer(x)
-            x = F.relu(x) if i < len(self.deconvs) - 1 else x
-        return x.reshape(*lead, *self.shape)
+        for layer in self.deconvs[:-1]:
+            x = F.relu(layer(x))
+        return self.deconvs[-1](x).reshape(*lead, *self.shape)
