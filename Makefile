@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/rlfoundry train CartPole-v1:ppo
 
 # One test worker per usable core (CPU affinity, cgroup quota); `make test WORKERS=0` runs them in one process.
-CORES = $$($(PY) -c 'from rlfoundry.run.hardware import usable_cores; print(usable_cores())')
+CORES = $$($(PY) -c 'from rlfoundry.config.cores import usable_cores; print(usable_cores())')
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(or $(WORKERS),$(CORES)) --dist loadgroup
 

@@ -109,7 +109,7 @@ def parser(doc: str, seeds: int, steps: int, steps_help: str = "env steps per ru
 def workers_parser(doc: str, count: str, default: int, steps: int, steps_help: str) -> argparse.ArgumentParser:
     """The options of the benchmarks that run many runs at once: how many (`--<count>`), how long, in how many
     worker processes."""
-    from rlfoundry.run.hardware import usable_cores
+    from rlfoundry.config.cores import usable_cores
 
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument(f"--{count}", type=int, default=default)

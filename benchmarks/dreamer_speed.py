@@ -24,7 +24,8 @@ import torch
 
 from rlfoundry.algos.dreamer import Dreamer
 from rlfoundry.envs import EnvSpec
-from rlfoundry.run.hardware import machine, usable_cores
+from rlfoundry.config.cores import usable_cores
+from rlfoundry.run.hardware import machine
 from rlfoundry.spec.load import load_config
 
 KINDS = {

@@ -41,7 +41,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from common import publish
 from rlfoundry.algos.simple import MB_PPO, SimpleConfig
 from rlfoundry.buffers.rollout import RolloutCollector
-from rlfoundry.run.hardware import machine, usable_cores
+from rlfoundry.config.cores import usable_cores
+from rlfoundry.run.hardware import machine
 from rlfoundry.world_models.next_frame import (
     LatentMixing, NextFrameConfig, NextFramePredictor, SimulatedStep, colour_argmax, latent_mixing,
 )

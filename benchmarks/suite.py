@@ -21,7 +21,8 @@ import yaml
 from rlfoundry.experiments import stats
 from rlfoundry.experiments.results import read_run
 from rlfoundry.experiments.trials import plan, run_trials
-from rlfoundry.run.hardware import machine, usable_cores
+from rlfoundry.config.cores import usable_cores
+from rlfoundry.run.hardware import machine
 from rlfoundry.spec.load import load_config
 
 HERE = Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ def pytest_configure(config):
 
     import torch
 
-    from rlfoundry.run.hardware import SHARE_VARIABLE, usable_cores
+    from rlfoundry.config.cores import SHARE_VARIABLE, usable_cores
 
     workers = int(worker["workercount"])
     os.environ.setdefault(SHARE_VARIABLE, str(workers))

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from rlfoundry.config import cores
+from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import env_fn, load_family, make, make_kwargs
@@ -132,7 +134,9 @@ def test_pixels_never_render_in_a_process_forked_after_rendering(build, monkeypa
     assert dmc.async_context(EnvConfig(id=CARTPOLE)) is None
 
 
-def test_pixel_envs_step_in_spawned_worker_processes():
+def test_pixel_envs_step_in_spawned_worker_processes(monkeypatch):
+    monkeypatch.setenv(SHARE_VARIABLE, "1")  # auto: processes where the run has cores of its own (2 on CI)
+    monkeypatch.setattr(cores, "usable_cores", lambda: 2)
     envs, spec = make(EnvConfig(id=CARTPOLE, num_envs=2, dm_control={"pixels": True, "img_size": 32}))
     assert spec.vectorization == "async" and envs.unwrapped.context == "spawn"  # auto: one render costs ~18 ms
     obs, _ = envs.reset(seed=0)

@@ -8,6 +8,8 @@ import pytest
 from gymnasium import spaces
 from gymnasium.wrappers import vector as vw
 
+from rlfoundry import envs as envs_module
+from rlfoundry.config import cores as cores_module
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import EnvSpec, copy_obs_stats, find_wrapper, make
@@ -83,6 +85,17 @@ def test_family_step_contract(build, env_id, vectorization, discrete):
 def test_auto_picks_the_vector_entry_point(build):
     _, spec = build("CartPole-v1")
     assert spec.vectorization == "vector_entry_point"
+
+
+@pytest.mark.parametrize("cores, share, expected", [(2, "1", "async"), (2, "2", "sync"), (1, "1", "sync"),
+                                                    (8, "2", "async")])
+def test_auto_puts_costly_envs_in_processes_only_on_cores_of_the_runs_own(monkeypatch, cores, share, expected):
+    # Under `trials` on 2 cores each run has one: 32 envs stepping in processes there only take turns on it.
+    monkeypatch.setattr(cores_module, "usable_cores", lambda: cores)
+    monkeypatch.setenv(cores_module.SHARE_VARIABLE, share)
+    monkeypatch.setattr(envs_module, "_step_seconds", lambda make_env: 1e-3)  # x 4 envs: above ASYNC_STEP_SECONDS
+    assert envs_module.choose_vectorization(EnvConfig(id="Pendulum-v1", num_envs=4), 4) == expected
+    assert envs_module.choose_vectorization(EnvConfig(id="Pendulum-v1", num_envs=1), 1) == "sync"
 
 
 def test_vector_entry_point_without_one_is_a_config_error(build):

@@ -35,7 +35,7 @@ from typing import Iterator, Protocol
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.run.checkpoint import CheckpointError, resolve
-from rlfoundry.run.hardware import SHARE_VARIABLE
+from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.run.rundir import run_status
 
 LOCK = ".lock"

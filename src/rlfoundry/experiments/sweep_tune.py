@@ -41,7 +41,7 @@ from rlfoundry.experiments.sweep import (JOURNAL, POLL_S, STUDY, TUNE, Plan, Pro
                                          first_rung_steps, may_start, new_reports, poll, run_schedule, sampler,
                                          seed_runs, start_run)
 from rlfoundry.experiments.sweep_file import METRICS, OBJECTIVES, SweepFile, run_log
-from rlfoundry.run.hardware import usable_cores
+from rlfoundry.config.cores import usable_cores
 
 
 class Search(OptunaSearch):

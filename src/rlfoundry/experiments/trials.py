@@ -29,7 +29,7 @@ import yaml
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiments import processes
 from rlfoundry.experiments.results import RunResult, read_run, write_report
-from rlfoundry.run.hardware import concurrent_runs, usable_cores
+from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.run.rundir import run_status, write_atomic
 from rlfoundry.spec.load import load_config
 

@@ -18,7 +18,6 @@ with the same resolved thread count stays bit-reproducible.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import platform
 import shutil
@@ -27,13 +26,14 @@ from pathlib import Path
 
 import torch
 
+from rlfoundry.config.cores import cores_of_run, usable_cores
+
 # The CPU features worth naming beside a speed figure: the vector extensions that set the matmul and conv kernels.
 EXTENSIONS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "avx512_fp16")
 NATIVE_BF16 = ("avx512_bf16", "amx_bf16")
 WIDE_LAYER = 256  # MLP width from which more threads pay off (Pendulum SAC, 256 units: 76 -> 103 steps/s at 2)
 IMAGE_ENCODERS = ("nature_cnn", "impala_cnn")
 BF16_SLOWDOWN = "about 10x slower than fp32"  # Breakout PPO on an AVX2-only AMD EPYC: 36 against 348 steps/s
-SHARE_VARIABLE = "RLFOUNDRY_CONCURRENT_RUNS"
 COMPILED_ALGOS = ("ppo",)  # where auto compiles: measured to pay off (A2C 1.16x steady; DQN and SAC slower compiled)
 COMPILE_PAYS_FROM = 500_000  # CartPole PPO on an AVX2 EPYC: 4,287 -> 5,680 steps/s after ~22 s compiling: even at ~385k
 
@@ -92,30 +92,6 @@ def _torch_extensions() -> set[str]:
     return found
 
 
-def _cgroup_cores() -> float | None:
-    """The CPU quota of this process's cgroup (v2 `cpu.max`, v1 `cfs_quota_us`), in cores; None when unlimited."""
-    for quota_file, period_file in (("/sys/fs/cgroup/cpu.max", None),
-                                    ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
-        try:
-            text = Path(quota_file).read_text().split()
-            quota, period = (text[0], text[1]) if period_file is None else (text[0], Path(period_file).read_text())
-            if quota in ("max", "-1"):
-                return None
-            return int(quota) / int(period)
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
-
-
-def usable_cores() -> int:
-    """Cores this process may run on: its affinity mask, capped by a cgroup CPU quota (containers)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    quota = _cgroup_cores()
-    if quota is not None:
-        cores = min(cores, max(1, math.ceil(quota)))
-    return max(1, cores)
-
-
 @functools.cache
 def detect() -> Hardware:
     model, flags = _cpuinfo()
@@ -128,20 +104,6 @@ def detect() -> Hardware:
                     gpu=gpu, gpu_bf16=gpu_bf16)
 
 
-def concurrent_runs(environ=os.environ) -> int:
-    """How many runs share this machine (`RLFOUNDRY_CONCURRENT_RUNS`, 1 when unset or not a number)."""
-    try:
-        return max(1, int(environ.get(SHARE_VARIABLE, "1")))
-    except ValueError:
-        return 1
-
-
-def share_of_cores(hardware: Hardware, environ=os.environ, processes: int = 1) -> int:
-    """This process's cores: all usable ones, or an equal share when `RLFOUNDRY_CONCURRENT_RUNS` runs share them,
-    and again of that when the run has `processes` processes on this machine (`--nproc`)."""
-    return max(1, hardware.cores // (concurrent_runs(environ) * max(1, processes)))
-
-
 def wants_threads(network) -> bool:
     """Whether the network's operations are big enough to split over threads: an image encoder, or an MLP layer of
     at least WIDE_LAYER units (the config's `network` section)."""
@@ -149,11 +111,11 @@ def wants_threads(network) -> bool:
 
 
 def resolve_threads(requested: int | str, network, hardware: Hardware, environ=os.environ, processes: int = 1) -> int:
-    """`train.torch_threads`: a number stays; `auto` is this process's share of the cores (`share_of_cores`) where
+    """`train.torch_threads`: a number stays; `auto` is this process's share of the cores (`config.cores.cores_of_run`) where
     threads pay off, else 1."""
     if requested != "auto":
         return int(requested)
-    return share_of_cores(hardware, environ, processes) if wants_threads(network) else 1
+    return cores_of_run(hardware.cores, environ, processes) if wants_threads(network) else 1
 
 
 def native_bf16(device: torch.device, hardware: Hardware) -> bool:
