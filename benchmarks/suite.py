@@ -4,7 +4,9 @@ bootstrap intervals, from the trials statistics) beside its published anchor, an
 
 Run:  python benchmarks/suite.py [--seeds N] [--workers P] [--out DIR] [--table docs/BENCHMARKS.md] [--only REGEX]
 The same command again continues the set (finished runs are kept); `--report-only` rewrites the table from what
-has finished.
+has finished. A row none of whose runs are in DIR keeps its line from the table already there, with the date and
+machine it was measured on: no session has the hours the whole suite takes, so rows measured in several sessions
+(`--only`) add up to one table.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def show(progress) -> None:
               f"{progress.failed} failed; {progress.steps:,} of {progress.total:,} steps", flush=True)
 
 
-def row(entry: dict, results, overrides: list[str]) -> str:
+def row(entry: dict, results, overrides: list[str], measured: str) -> str:
     anchor = entry.get("anchor") or {}
     budget = load_config(entry["spec"], overrides).train.total_timesteps
     finished = [r for r in results if r.status == "finished" and r.final_return is not None]
@@ -73,7 +75,7 @@ def row(entry: dict, results, overrides: list[str]) -> str:
             verdict = "**below**"
     anchor_text = "—" if anchor.get("return") is None else f"{anchor['return']:g}"
     return (f"| `{entry['spec']}` | {budget:,} | {steps} | {len(finished)}/{len(results)} | {iqm} | {mean} | "
-            f"{anchor_text} | {verdict} | {wall / 60:.1f} min | {anchor.get('source', '')} |")
+            f"{anchor_text} | {verdict} | {wall / 60:.1f} min | {measured} | {anchor.get('source', '')} |")
 
 
 INTRO = """# Benchmarks
@@ -88,7 +90,9 @@ presets do by default, so a solved row's runs can end before its budget, below a
 threshold. The anchor is the published figure the
 row should match, with its source (`benchmarks/{suite}` says which version and settings); "matches" means the
 anchor lies inside or below the IQM's interval, "below" that the whole interval is under it. Wall time is the sum of
-the seeds' training times; two runs shared the machine's two cores at any time.
+the seeds' training times; two runs shared the machine's two cores at any time. "Measured" gives each row's date and
+machine (listed under the table): rows measured in different sessions are side by side only as far as their
+machines are alike.
 
 """
 
@@ -101,19 +105,52 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+HEADER = ("| spec | budget | each run's steps | finished runs | IQM [95% CI] | mean [95% CI] | anchor | vs anchor | "
+          "wall time (all seeds) | measured | anchor's source |")
+MACHINE = re.compile(r"^- \[(\d+)\] (.+)$")
+OLD_MEASURED = re.compile(r"^Measured (\d{4}-\d\d-\d\d) on (?:machine: )?(.+?)\.?$")  # a table before the column
+
+
+def earlier_table(table: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """The rows of the table already at `table` by spec, as lists of cells with the `measured` cell naming its
+    machine, and its machines in legend order; nothing when there is no table."""
+    if not table.exists():
+        return {}, []
+    lines = table.read_text().splitlines()
+    machines = [m.group(2) for m in map(MACHINE.match, lines) if m]
+    old = next((m for m in map(OLD_MEASURED.match, lines) if m), None)
+    if not machines and old:
+        machines = [old.group(2)]
+    rows = {}
+    for line in lines:
+        if line.startswith("| `"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if len(cells) == 10 and old:  # before the `measured` column: the date and machine of the whole table
+                cells.insert(9, f"{old.group(1)} [1]")
+            rows[cells[0].strip("`")] = cells
+    return rows, machines
+
+
 def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int]) -> None:
     overrides = list(suite.get("overrides") or [])
     options = "" if path == HERE / "suite.yaml" else \
         f" --suite {_shown(path)} --out {_shown(out)} --table {_shown(table)}"
     extra = f" Every run with `{' '.join(overrides)}`." if overrides else ""
+    earlier, machines = earlier_table(table)
+    here = machine().removeprefix("machine: ")
     lines = [INTRO.format(suite=path.name, seeds=len(seeds), options=options, extra=extra).rstrip("\n"), "",
-             f"Measured {time.strftime('%Y-%m-%d')} on {machine()}.", "",
-             "| spec | budget | each run's steps | finished runs | IQM [95% CI] | mean [95% CI] | anchor | vs anchor | "
-             "wall time (all seeds) | anchor's source |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             HEADER, "| " + " | ".join(["---"] * HEADER.count(" | ")) + " |"]
     for entry in suite["rows"]:
         trials = plan([entry["spec"]], seeds, overrides, out)
-        lines.append(row(entry, [read_run(t.run_dir, t.spec, t.seed) for t in trials], overrides))
+        results = [read_run(t.run_dir, t.spec, t.seed) for t in trials]
+        if all(r.status == "missing" for r in results) and entry["spec"] in earlier:
+            lines.append("| " + " | ".join(earlier[entry["spec"]]) + " |")
+            continue
+        if here not in machines:
+            machines.append(here)
+        measured = f"{time.strftime('%Y-%m-%d')} [{machines.index(here) + 1}]"
+        lines.append(row(entry, results, overrides, measured))
+    lines += ["", "Machines:", *(f"- [{index}] {name}" for index, name in enumerate(machines, 1))]
     table.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -126,17 +163,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=HERE / "runs" / "suite")
     parser.add_argument("--table", type=Path, default=HERE.parent / "docs" / "BENCHMARKS.md",
                         help="where the page with the table goes")
-    parser.add_argument("--only", help="only the rows whose spec matches this regular expression")
+    parser.add_argument("--only", help="run only the rows whose spec matches this regular expression (the table keeps "
+                        "the other rows' earlier lines)")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     suite = read_suite(args.suite)
-    if args.only:
-        suite["rows"] = [entry for entry in suite["rows"] if re.search(args.only, entry["spec"])]
+    chosen = [entry["spec"] for entry in suite["rows"] if not args.only or re.search(args.only, entry["spec"])]
     seeds = list(range(1, (args.seeds or suite.get("seeds", 3)) + 1))
     if not args.report_only:
         print(machine(), flush=True)
-        run_trials([entry["spec"] for entry in suite["rows"]], seeds, list(suite.get("overrides") or []), args.out,
-                   args.workers, show)
+        run_trials(chosen, seeds, list(suite.get("overrides") or []), args.out, args.workers, show)
         print()
     write_table(suite, args.suite.resolve(), args.out, args.table, seeds)
     return 0
