@@ -109,16 +109,20 @@ def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path
     assert summary(under_way)["total_steps"] == 30720
 
 
-def test_hyperband_pauses_trials_whose_runs_resume_where_they_stopped(tmp_path):
+def test_hyperband_pauses_trials_whose_runs_resume_where_they_stopped(tmp_path, monkeypatch):
     # Tune's HyperBand on 6 rungs (eta 3): a first bracket of 3 trials at the full budget, then one of 5 halved at
     # rung 2, where the first to arrive are paused until the rest catch up.
     # The trial relays its runs' evaluations every POLL_S (0.5 s): a run that passes a rung faster than that (the
     # default CartPole net does 1,024 steps in 0.15 s on an AMX Xeon) finishes before HyperBand's pause reaches it.
-    # Wider layers make a rung last about a second there, longer on slower machines; on one thread, so that the run
-    # repeated below (alone on the machine, where `auto` would give it two) computes the same numbers.
+    # Each env step sleeps 1 ms, so a rung lasts over a second on any machine while using little of its CPU (a slow
+    # simulator's stand-in, tests/e2e/slow_steps.py), and episodes end at 200 steps, so that the evaluations of
+    # good settings stay short. One thread, so that the run repeated below (alone on the machine, where `auto` would
+    # give it two) computes the same numbers.
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     out = tmp_path / "grid"
-    overrides = [*SMALL, "train.total_timesteps=6144", "eval.every_steps=1024", "network.hidden_sizes=[512,512]",
-                 "train.torch_threads=1"]
+    overrides = [*SMALL, "train.total_timesteps=6144", "eval.every_steps=1024", "train.torch_threads=1",
+                 "env.max_episode_steps=200", "env.vectorization=sync",
+                 "env.wrappers=[{id: 'tests.e2e.slow_steps:Sleep', kwargs: {seconds: 0.001}}]"]
     sweep = write_sweep(tmp_path, "[3.0e-3, 2.5e-3, 2.0e-3, 1.5e-3, 1.0e-3, 5.0e-4, 1.0e-12, 2.0e-12]",
                         "pruner: hyperband", overrides=overrides)
     code, text = finish(cli("sweep", str(sweep), "--backend", "ray", "--workers", "2", "--out", str(out),
@@ -149,6 +153,7 @@ def test_both_backends_give_up_after_the_failures_budget(tmp_path, backend):
     code, text = finish(cli("sweep", str(sweep), "--backend", backend, "--workers", "1", "--out", str(out),
                             cwd=tmp_path))
     assert code == 1, text  # no trial completed
+    assert "Traceback" not in text, text  # each failure is one line, naming the log with its traceback
     found = trials(out)
     assert [trial.state.name for trial in found] == ["FAIL", "FAIL"], text
     assert "nan" in found[0].user_attrs["error"].lower()

@@ -200,6 +200,11 @@ def run_sweep_ray(plan: Plan, spec: str, out: Path, workers: int | None, address
         os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(plan.trial_limit or 64))
     # (OptunaSearch logs GridSampler's "Study.stop is supposed to be invoked inside an objective" after the last point)
     logging.getLogger("ray.tune.search.optuna.optuna_search").setLevel(logging.ERROR)
+    # A failed trial is reported once, in a line naming the file with its traceback (`rlfoundry sweep` prints it);
+    # Tune's own report of it is a page of Ray's traceback.
+    controller = logging.getLogger("ray.tune.execution.tune_controller")
+    if _trial_failures not in controller.filters:
+        controller.addFilter(_trial_failures)
     with cluster.connected(address, workers, out) as cpus:
         per_trial = min(len(plan.sweep.seeds), cpus)
         # Each run's `auto` threads: its trial's CPUs shared among its seeds, out of the node's cores.
@@ -220,6 +225,11 @@ def run_sweep_ray(plan: Plan, spec: str, out: Path, workers: int | None, address
         finally:
             _show.clear()
     return _write_study(out, plan, results, before + time.monotonic() - started)
+
+
+def _trial_failures(record: logging.LogRecord) -> bool:
+    """False for Tune's "Trial task failed for trial ..." records (a logging filter)."""
+    return not str(record.msg).startswith("Trial task failed")
 
 
 def _elapsed_before(out: Path) -> float:
