@@ -4,15 +4,20 @@ bootstrap intervals, from the trials statistics) beside its published anchor, an
 
 Run:  python benchmarks/suite.py [--seeds N] [--workers P] [--out DIR] [--table docs/BENCHMARKS.md] [--only REGEX]
 The same command again continues the set (finished runs are kept); `--report-only` rewrites the table from what
-has finished. A row none of whose runs are in DIR keeps its line from the table already there, with the date and
-machine it was measured on: no session has the hours the whole suite takes, so rows measured in several sessions
-(`--only`) add up to one table.
+has finished.
+
+No session has the hours the whole suite takes, so what it measures adds up across sessions: every finished run's
+summary.json and config.yaml are kept in benchmarks/results/<suite>/ (committed; a few kB a run), put back into DIR
+before a set starts (`trials` keeps them as finished and runs only the rest) and read for the table; and a row none
+of whose runs are there keeps its line from the table already written. Each row names the dates and machines its
+runs were measured on (their provenance).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,9 +30,12 @@ from rlfoundry.experiments.results import read_run
 from rlfoundry.experiments.trials import plan, run_trials
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.run.hardware import machine
+from rlfoundry.run.rundir import run_status
 from rlfoundry.spec.load import load_config
 
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"  # <suite name>/<spec>/s<seed>/: the finished runs' KEPT files
+KEPT = ("summary.json", "config.yaml")  # all the table reads of a run
 
 
 def read_suite(path: Path) -> dict:
@@ -90,9 +98,10 @@ presets do by default, so a solved row's runs can end before its budget, below a
 threshold. The anchor is the published figure the
 row should match, with its source (`benchmarks/{suite}` says which version and settings); "matches" means the
 anchor lies inside or below the IQM's interval, "below" that the whole interval is under it. Wall time is the sum of
-the seeds' training times; two runs shared the machine's two cores at any time. "Measured" gives each row's date and
-machine (listed under the table): rows measured in different sessions are side by side only as far as their
-machines are alike.
+the seeds' training times; two runs shared the machine's two cores at any time. "Measured" gives the dates and
+machines (listed under the table) of each row's runs, from their provenance: rows measured in different sessions
+are side by side only as far as their machines are alike. The finished runs' summaries and configs are kept in
+`benchmarks/results/{stem}/`.
 
 """
 
@@ -131,6 +140,42 @@ def earlier_table(table: Path) -> tuple[dict[str, list[str]], list[str]]:
     return rows, machines
 
 
+def restore(kept: Path, out: Path) -> None:
+    """Put the kept finished runs that `out` lacks into it."""
+    for summary in sorted(kept.glob("*/s*/summary.json")):
+        target = out / summary.parent.relative_to(kept)
+        if not (target / "summary.json").exists():
+            target.mkdir(parents=True, exist_ok=True)
+            for name in KEPT:
+                shutil.copy2(summary.parent / name, target / name)
+
+
+def keep(out: Path, kept: Path, run_dirs) -> None:
+    """Copy the KEPT files of every finished run among `run_dirs` (in `out`) to `kept`."""
+    for run_dir in run_dirs:
+        if run_status(run_dir) == "finished":
+            target = kept / run_dir.relative_to(out)
+            target.mkdir(parents=True, exist_ok=True)
+            for name in KEPT:
+                shutil.copy2(run_dir / name, target / name)
+
+
+def measured_on(results, machines: list[str], here: str) -> str:
+    """The dates and machines of the finished runs (their provenance), as `DATE [machine number]`, adding machines
+    not listed yet; today on this machine while none has finished."""
+    seen = []
+    for result in results:
+        if result.status == "finished":
+            provenance = (yaml.safe_load((result.run_dir / "config.yaml").read_text()) or {}).get("provenance") or {}
+            torch_version = (provenance.get("versions") or {}).get("torch")
+            seen.append((str(provenance.get("created", ""))[:10], f"{provenance.get('hardware')}; torch {torch_version}"))
+    seen = sorted(set(seen)) or [(time.strftime("%Y-%m-%d"), here)]
+    for _, name in seen:
+        if name not in machines:
+            machines.append(name)
+    return ", ".join(f"{date} [{machines.index(name) + 1}]" for date, name in seen)
+
+
 def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int]) -> None:
     overrides = list(suite.get("overrides") or [])
     options = "" if path == HERE / "suite.yaml" else \
@@ -138,7 +183,7 @@ def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int
     extra = f" Every run with `{' '.join(overrides)}`." if overrides else ""
     earlier, machines = earlier_table(table)
     here = machine().removeprefix("machine: ")
-    lines = [INTRO.format(suite=path.name, seeds=len(seeds), options=options, extra=extra).rstrip("\n"), "",
+    lines = [INTRO.format(suite=path.name, stem=path.stem, seeds=len(seeds), options=options, extra=extra).rstrip("\n"), "",
              HEADER, "| " + " | ".join(["---"] * HEADER.count(" | ")) + " |"]
     for entry in suite["rows"]:
         trials = plan([entry["spec"]], seeds, overrides, out)
@@ -146,10 +191,7 @@ def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int
         if all(r.status == "missing" for r in results) and entry["spec"] in earlier:
             lines.append("| " + " | ".join(earlier[entry["spec"]]) + " |")
             continue
-        if here not in machines:
-            machines.append(here)
-        measured = f"{time.strftime('%Y-%m-%d')} [{machines.index(here) + 1}]"
-        lines.append(row(entry, results, overrides, measured))
+        lines.append(row(entry, results, overrides, measured_on(results, machines, here)))
     lines += ["", "Machines:", *(f"- [{index}] {name}" for index, name in enumerate(machines, 1))]
     table.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -170,10 +212,14 @@ def main() -> int:
     suite = read_suite(args.suite)
     chosen = [entry["spec"] for entry in suite["rows"] if not args.only or re.search(args.only, entry["spec"])]
     seeds = list(range(1, (args.seeds or suite.get("seeds", 3)) + 1))
+    overrides = list(suite.get("overrides") or [])
+    kept = RESULTS / args.suite.stem
+    restore(kept, args.out)
     if not args.report_only:
         print(machine(), flush=True)
-        run_trials(chosen, seeds, list(suite.get("overrides") or []), args.out, args.workers, show)
+        run_trials(chosen, seeds, overrides, args.out, args.workers, show)
         print()
+    keep(args.out, kept, [trial.run_dir for trial in plan(chosen, seeds, overrides, args.out)])
     write_table(suite, args.suite.resolve(), args.out, args.table, seeds)
     return 0
 

@@ -4,7 +4,10 @@ before the `measured` column reads as measured on its header's date and machine.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
+
+import yaml
 
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite.py"
 
@@ -49,3 +52,34 @@ def test_rows_without_runs_here_keep_their_lines_and_machines(tmp_path, monkeypa
     before = table.read_text()
     module.write_table(suite, tmp_path / "suite.yaml", tmp_path / "runs", table, [1, 2, 3])
     assert table.read_text() == before  # (same day): rewriting changes nothing
+
+
+def finished_run(run_dir: Path, seed: int, score: float, created: str, hardware: str) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "seed": seed, "total_steps": 100_000,
+                                                      "eval_return_mean": score, "wall_time_s": 60.0}))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({
+        "train": {"total_timesteps": 100_000}, "solved": {"return": 475.0},
+        "provenance": {"created": created, "hardware": hardware, "versions": {"torch": "2.13.0+cpu"}}}))
+    (run_dir / "metrics.csv").write_text("global_step\n")  # not kept
+
+
+def test_finished_runs_of_two_sessions_add_up_to_one_row(tmp_path):
+    module = suite_module()
+    first, second, kept = tmp_path / "first", tmp_path / "second", tmp_path / "results"
+    finished_run(first / "CartPole-v1_ppo" / "s1", 1, 500.0, "2026-11-24T10:00:00+0000", "AMD EPYC (avx2), 2 cores")
+    (first / "CartPole-v1_ppo" / "s2").mkdir()  # stopped before it finished: not kept
+    module.keep(first, kept, [first / "CartPole-v1_ppo" / "s1", first / "CartPole-v1_ppo" / "s2"])
+    assert sorted(p.name for p in (kept / "CartPole-v1_ppo" / "s1").iterdir()) == ["config.yaml", "summary.json"]
+    assert not (kept / "CartPole-v1_ppo" / "s2").exists()
+
+    module.restore(kept, second)  # a later session, on another machine, runs seed 2
+    finished_run(second / "CartPole-v1_ppo" / "s2", 2, 480.0, "2026-11-26T10:00:00+0000", "Intel Xeon (avx2), 2 cores")
+    table = tmp_path / "table.md"
+    module.write_table({"rows": [{"spec": "CartPole-v1:ppo", "anchor": {"return": 500.0}}]}, tmp_path / "suite.yaml",
+                       second, table, [1, 2])
+    rows, machines = module.earlier_table(table)
+    cells = rows["CartPole-v1:ppo"]
+    assert cells[2:5] == ["100,000, 100,000", "2/2", "490 [480, 500]"] and cells[8] == "2.0 min"
+    assert cells[9] == "2026-11-24 [1], 2026-11-26 [2]"
+    assert machines == ["AMD EPYC (avx2), 2 cores; torch 2.13.0+cpu", "Intel Xeon (avx2), 2 cores; torch 2.13.0+cpu"]
