@@ -184,7 +184,7 @@ def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int
     earlier, machines = earlier_table(table)
     here = machine().removeprefix("machine: ")
     lines = [INTRO.format(suite=path.name, stem=path.stem, seeds=len(seeds), options=options, extra=extra).rstrip("\n"), "",
-             HEADER, "| " + " | ".join(["---"] * HEADER.count(" | ")) + " |"]
+             HEADER, "| " + " | ".join(["---"] * (HEADER.count(" | ") + 1)) + " |"]
     for entry in suite["rows"]:
         trials = plan([entry["spec"]], seeds, overrides, out)
         results = [read_run(t.run_dir, t.spec, t.seed) for t in trials]

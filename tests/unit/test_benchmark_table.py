@@ -50,6 +50,7 @@ def test_rows_without_runs_here_keep_their_lines_and_machines(tmp_path, monkeypa
     assert rows["CartPole-v1:ppo"][3:5] == ["3/3", "500 [500, 500]"] and rows["CartPole-v1:ppo"][9] == "2026-11-24 [1]"
     assert rows["Pendulum-v1:ppo"][3] == "0/3" and rows["Pendulum-v1:ppo"][9].endswith("[2]")  # none run here yet
     before = table.read_text()
+    assert {line.count("|") for line in before.splitlines() if line.startswith("|")} == {12}  # 11 columns everywhere
     module.write_table(suite, tmp_path / "suite.yaml", tmp_path / "runs", table, [1, 2, 3])
     assert table.read_text() == before  # (same day): rewriting changes nothing
 
