@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from rlfoundry.config.cores import usable_cores
 from rlfoundry.experiments import stats
 from rlfoundry.experiments.results import read_run
 from rlfoundry.experiments.trials import plan, run_trials
-from rlfoundry.config.cores import usable_cores
 from rlfoundry.run.hardware import machine
 from rlfoundry.run.rundir import run_status
 from rlfoundry.spec.load import load_config
@@ -140,24 +140,25 @@ def earlier_table(table: Path) -> tuple[dict[str, list[str]], list[str]]:
     return rows, machines
 
 
+def _copy_kept(source: Path, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:
+        shutil.copy2(source / name, target / name)
+
+
 def restore(kept: Path, out: Path) -> None:
     """Put the kept finished runs that `out` lacks into it."""
     for summary in sorted(kept.glob("*/s*/summary.json")):
         target = out / summary.parent.relative_to(kept)
         if not (target / "summary.json").exists():
-            target.mkdir(parents=True, exist_ok=True)
-            for name in KEPT:
-                shutil.copy2(summary.parent / name, target / name)
+            _copy_kept(summary.parent, target)
 
 
 def keep(out: Path, kept: Path, run_dirs) -> None:
     """Copy the KEPT files of every finished run among `run_dirs` (in `out`) to `kept`."""
     for run_dir in run_dirs:
         if run_status(run_dir) == "finished":
-            target = kept / run_dir.relative_to(out)
-            target.mkdir(parents=True, exist_ok=True)
-            for name in KEPT:
-                shutil.copy2(run_dir / name, target / name)
+            _copy_kept(run_dir, kept / run_dir.relative_to(out))
 
 
 def measured_on(results, machines: list[str], here: str) -> str:
@@ -168,7 +169,8 @@ def measured_on(results, machines: list[str], here: str) -> str:
         if result.status == "finished":
             provenance = (yaml.safe_load((result.run_dir / "config.yaml").read_text()) or {}).get("provenance") or {}
             torch_version = (provenance.get("versions") or {}).get("torch")
-            seen.append((str(provenance.get("created", ""))[:10], f"{provenance.get('hardware')}; torch {torch_version}"))
+            name = f"{provenance.get('hardware')}; torch {torch_version}"
+            seen.append((str(provenance.get("created", ""))[:10], name))
     seen = sorted(set(seen)) or [(time.strftime("%Y-%m-%d"), here)]
     for _, name in seen:
         if name not in machines:
@@ -183,8 +185,8 @@ def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int
     extra = f" Every run with `{' '.join(overrides)}`." if overrides else ""
     earlier, machines = earlier_table(table)
     here = machine().removeprefix("machine: ")
-    lines = [INTRO.format(suite=path.name, stem=path.stem, seeds=len(seeds), options=options, extra=extra).rstrip("\n"), "",
-             HEADER, "| " + " | ".join(["---"] * (HEADER.count(" | ") + 1)) + " |"]
+    intro = INTRO.format(suite=path.name, stem=path.stem, seeds=len(seeds), options=options, extra=extra)
+    lines = [intro.rstrip("\n"), "", HEADER, "| " + " | ".join(["---"] * (HEADER.count(" | ") + 1)) + " |"]
     for entry in suite["rows"]:
         trials = plan([entry["spec"]], seeds, overrides, out)
         results = [read_run(t.run_dir, t.spec, t.seed) for t in trials]

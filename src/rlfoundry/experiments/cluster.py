@@ -30,9 +30,9 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+from rlfoundry.config.cores import usable_cores
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiments import processes
-from rlfoundry.config.cores import usable_cores
 
 POLL_S = 0.5
 LOCAL_OBJECT_STORE = 128 * 1024**2  # bytes: only exit codes and small results travel through Ray

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Iterator, Protocol
 
+from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.run.checkpoint import CheckpointError, resolve
-from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.run.rundir import run_status
 
 LOCK = ".lock"

@@ -47,11 +47,11 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from pydantic import ValidationError
 
+from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiments import processes
 from rlfoundry.experiments.sweep_file import (METRICS, OBJECTIVES, SweepFile, base_spec, check_space, grid_points,
                                               grid_size, read_sweep, run_args, run_dir, run_log)
-from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.run.report import read_metrics
 from rlfoundry.run.rundir import run_status, write_atomic
 from rlfoundry.spec.schema import ExperimentConfig

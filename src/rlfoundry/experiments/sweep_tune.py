@@ -36,12 +36,12 @@ from ray import tune
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from rlfoundry.config.cores import usable_cores
 from rlfoundry.experiments import cluster, processes
 from rlfoundry.experiments.sweep import (JOURNAL, POLL_S, STUDY, TUNE, Plan, Progress, distributions, final_returns,
                                          first_rung_steps, may_start, new_reports, poll, run_schedule, sampler,
                                          seed_runs, start_run)
 from rlfoundry.experiments.sweep_file import METRICS, OBJECTIVES, SweepFile, run_log
-from rlfoundry.config.cores import usable_cores
 
 
 class Search(OptunaSearch):

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import yaml
 
+from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiments import processes
 from rlfoundry.experiments.results import RunResult, read_run, write_report
-from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.run.rundir import run_status, write_atomic
 from rlfoundry.spec.load import load_config
 

@@ -111,8 +111,8 @@ def wants_threads(network) -> bool:
 
 
 def resolve_threads(requested: int | str, network, hardware: Hardware, environ=os.environ, processes: int = 1) -> int:
-    """`train.torch_threads`: a number stays; `auto` is this process's share of the cores (`config.cores.cores_of_run`) where
-    threads pay off, else 1."""
+    """`train.torch_threads`: a number stays; `auto` is this process's share of the cores
+    (`config.cores.cores_of_run`) where threads pay off, else 1."""
     if requested != "auto":
         return int(requested)
     return cores_of_run(hardware.cores, environ, processes) if wants_threads(network) else 1
