@@ -32,11 +32,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-try:  # optional CUDA kernels from https://github.com/state-spaces/mamba
+# Optional CUDA kernels from https://github.com/state-spaces/mamba, each used where it imports: Mamba's selective
+# scan is a compiled extension, Mamba-2's chunked scan is Triton code.
+try:
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+except ImportError:
+    selective_scan_fn = None
+try:
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
 except ImportError:
-    selective_scan_fn = mamba_chunk_scan_combined = None
+    mamba_chunk_scan_combined = None
 
 CORE_SETTINGS: dict[str, int] = {
     "core_hidden": 128,  # hidden / model width of every core
