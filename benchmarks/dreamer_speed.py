@@ -11,6 +11,8 @@ GFLOP/s of a large fp32 matmul on the same threads. Env steps/s at a train ratio
 
     python benchmarks/dreamer_speed.py                          # size1m, vector and pixels, the usable cores
     python benchmarks/dreamer_speed.py --sizes size1m,size12m --kinds vector --threads 1 --profile
+    python benchmarks/dreamer_speed.py --device cuda --sizes size1m,size12m   # the bound: a 2048² fp32 (no TF32)
+                                                                               # matmul on the GPU
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import numpy as np
 import torch
 
 from rlfoundry.algos.dreamer import Dreamer
-from rlfoundry.envs import EnvSpec
 from rlfoundry.config.cores import usable_cores
+from rlfoundry.envs import EnvSpec
 from rlfoundry.run.hardware import machine
 from rlfoundry.spec.load import load_config
 
@@ -34,12 +36,12 @@ KINDS = {
 }
 
 
-def build(size: str, kind: str) -> Dreamer:
+def build(size: str, kind: str, device: torch.device) -> Dreamer:
     cfg = load_config("MountainCarContinuous-v0:dreamer", [f"algo.size={size}", "train.total_timesteps=100000"])
     obs_space, action_space = KINDS[kind]
     spec = EnvSpec(id=f"{kind}-stand-in", num_envs=1, observation_space=obs_space, action_space=action_space,
                    vectorization="sync")
-    agent = Dreamer(cfg, spec, torch.device("cpu"))
+    agent = Dreamer(cfg, spec, device)
     rng = np.random.default_rng(0)
     sample = lambda space: (rng.integers(0, 256, (1, *space.shape), np.uint8) if space.dtype == np.uint8
                             else rng.standard_normal((1, *space.shape)).astype(np.float32))
@@ -51,22 +53,33 @@ def build(size: str, kind: str) -> Dreamer:
     return agent
 
 
-def matmul_gflops(seconds: float = 2.0) -> float:
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_gflops(device: torch.device, seconds: float = 2.0) -> float:
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
     a @ b
+    synchronize(device)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         a @ b
         count += 1
+        if count % 50 == 0:
+            synchronize(device)
+    synchronize(device)
     return 2 * 2048**3 * count / (time.perf_counter() - start) / 1e9
 
 
 def measure(agent: Dreamer, seconds: float) -> float:
     agent._learn()  # warm-up
+    synchronize(agent.device)
     count, start = 0, time.perf_counter()
     while count < 2 or time.perf_counter() - start < seconds:
         agent._learn()
         count += 1
+    synchronize(agent.device)
     return count / (time.perf_counter() - start)
 
 
@@ -86,18 +99,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--ratio", type=float, default=1024.0, help="train ratio for the env steps/s column")
     parser.add_argument("--profile", action="store_true", help="print torch's profile of 3 updates per row")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the replay stays on the CPU)")
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    print(machine())
-    peak = matmul_gflops()
-    print(f"{args.threads} thread(s); a 2048² fp32 matmul runs at {peak:.0f} GFLOP/s")
+    print(machine(), torch.cuda.get_device_name(device) if device.type == "cuda" else "")
+    peak = matmul_gflops(device)
+    print(f"{args.threads} thread(s), {device}; a 2048² fp32 matmul runs at {peak:.0f} GFLOP/s")
     print("| size | observations | GFLOP/update | updates/s | bound (updates/s) | of bound | env steps/s at ratio "
           f"{args.ratio:g} |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for size in args.sizes.split(","):
         for kind in args.kinds.split(","):
-            agent = build(size, kind)
+            agent = build(size, kind, device)
             flops = update_flops(agent)
             rate = measure(agent, args.seconds)
             bound = peak * 1e9 / flops
@@ -107,7 +122,8 @@ def main() -> None:
                 with torch.profiler.profile() as prof:
                     for _ in range(3):
                         agent._learn()
-                print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+                sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+                print(prof.key_averages().table(sort_by=sort, row_limit=15))
 
 
 if __name__ == "__main__":
