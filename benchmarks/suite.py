@@ -29,8 +29,8 @@ from rlfoundry.config.cores import usable_cores
 from rlfoundry.experiments import stats
 from rlfoundry.experiments.results import read_run
 from rlfoundry.experiments.trials import plan, run_trials
-from rlfoundry.run.hardware import machine
-from rlfoundry.run.rundir import run_status
+from rlfoundry.run.hardware import detect, machine
+from rlfoundry.run.rundir import run_status, versions
 from rlfoundry.spec.load import load_config
 
 HERE = Path(__file__).resolve().parent
@@ -65,7 +65,7 @@ def row(entry: dict, results, overrides: list[str], measured: str) -> str:
     steps = ", ".join(f"{r.steps:,}" for r in finished if r.steps is not None) or "—"
     wall = sum(r.wall_time_s or 0.0 for r in results)
     iqm = mean = "—"
-    verdict = "not finished yet"
+    verdict = "not finished yet" if any(r.status != "missing" for r in results) else "not run yet"
     if finished:
         est = stats.interval_estimates(scores)
         iqm = f"{est['iqm'].value:.4g} [{est['iqm'].low:.4g}, {est['iqm'].high:.4g}]"
@@ -98,7 +98,7 @@ presets do by default, so a solved row's runs can end before its budget, below a
 threshold. The anchor is the published figure the
 row should match, with its source (`benchmarks/{suite}` says which version and settings); "matches" means the
 anchor lies inside or below the IQM's interval, "below" that the whole interval is under it. Wall time is the sum of
-the seeds' training times; two runs shared the machine's two cores at any time. "Measured" gives the dates and
+the seeds' training times; the set ran as many runs at a time as its `--workers` (default: the usable cores). "Measured" gives the dates and
 machines (listed under the table) of each row's runs, from their provenance: rows measured in different sessions
 are side by side only as far as their machines are alike. The finished runs' summaries and configs are kept in
 `benchmarks/results/{stem}/`.
@@ -163,7 +163,7 @@ def keep(out: Path, kept: Path, run_dirs) -> None:
 
 def measured_on(results, machines: list[str], here: str) -> str:
     """The dates and machines of the finished runs (their provenance), as `DATE [machine number]`, adding machines
-    not listed yet; today on this machine while none has finished."""
+    not listed yet; today on this machine while none has finished, and "—" where none has started."""
     seen = []
     for result in results:
         if result.status == "finished":
@@ -171,6 +171,8 @@ def measured_on(results, machines: list[str], here: str) -> str:
             torch_version = (provenance.get("versions") or {}).get("torch")
             name = f"{provenance.get('hardware')}; torch {torch_version}"
             seen.append((str(provenance.get("created", ""))[:10], name))
+    if not seen and all(result.status == "missing" for result in results):
+        return "—"
     seen = sorted(set(seen)) or [(time.strftime("%Y-%m-%d"), here)]
     for _, name in seen:
         if name not in machines:
@@ -184,7 +186,7 @@ def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int
         f" --suite {_shown(path)} --out {_shown(out)} --table {_shown(table)}"
     extra = f" Every run with `{' '.join(overrides)}`." if overrides else ""
     earlier, machines = earlier_table(table)
-    here = machine().removeprefix("machine: ")
+    here = f"{detect().describe()}; torch {versions()['torch']}"  # as a run's provenance names it
     intro = INTRO.format(suite=path.name, stem=path.stem, seeds=len(seeds), options=options, extra=extra)
     lines = [intro.rstrip("\n"), "", HEADER, "| " + " | ".join(["---"] * (HEADER.count(" | ") + 1)) + " |"]
     for entry in suite["rows"]:
