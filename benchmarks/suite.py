@@ -83,7 +83,8 @@ def row(entry: dict, results, overrides: list[str], measured: str) -> str:
             verdict = "**below**"
     anchor_text = "—" if anchor.get("return") is None else f"{anchor['return']:g}"
     return (f"| `{entry['spec']}` | {budget:,} | {steps} | {len(finished)}/{len(results)} | {iqm} | {mean} | "
-            f"{anchor_text} | {verdict} | {wall / 60:.1f} min | {measured} | {anchor.get('source', '')} |")
+            f"{anchor_text} | {verdict} | {'—' if measured == '—' else f'{wall / 60:.1f} min'} | {measured} | "
+            f"{anchor.get('source', '')} |")
 
 
 INTRO = """# Benchmarks
