@@ -27,7 +27,7 @@ def inspect(
     distribution, values, rewards, returns-to-go; downloads as mp4 and CSV."""
     import torch
 
-    from rlfoundry.inspect.app import Inspector, build_page, is_local, launch
+    from rlfoundry.inspect.app import Inspector, build_page, is_local, launch, stop
 
     try:
         inspector = Inspector(run, checkpoint)
@@ -48,4 +48,4 @@ def inspect(
     except KeyboardInterrupt:
         pass
     finally:
-        page.close()
+        stop(page)
