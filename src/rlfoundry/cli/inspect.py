@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Annotated, Optional
 
@@ -35,6 +36,10 @@ def inspect(
     except ConfigError as exc:  # CheckpointError included; gradio missing
         fail(str(exc), 2)
     torch.set_num_threads(inspector.torch_threads())
+    # Ctrl-C and SIGTERM stop the page, also where the parent left SIGINT ignored (a job started with `&`, a
+    # process that ignores it for its own workers): an ignored signal is inherited across exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         url = launch(page, host, port)
     except OSError as exc:  # a busy port, an address this machine does not have
