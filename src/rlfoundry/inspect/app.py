@@ -318,9 +318,8 @@ def launch(page, host: str = DEFAULT_HOST, port: int | None = None) -> str:
 
 
 def stop(page, seconds: float = 30.0) -> None:
-    """Stop serving `page` and wait up to `seconds` for its server thread to end. Gradio's close waits only 5 s,
-    and a daemon thread still running while the interpreter exits can hold the exit up or abort it on stdout's lock
-    (a loaded test run once saw the server take over 20 s to exit after Ctrl-C)."""
+    """Stop serving `page` and wait up to `seconds` for its server thread to end: gradio's close waits only 5 s, and
+    a daemon thread still running while the interpreter exits can hold the exit up."""
     page.close()
     thread = getattr(getattr(page, "server", None), "thread", None)
     if thread is not None:
