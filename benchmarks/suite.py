@@ -65,7 +65,8 @@ def row(entry: dict, results, overrides: list[str], measured: str) -> str:
     steps = ", ".join(f"{r.steps:,}" for r in finished if r.steps is not None) or "—"
     wall = sum(r.wall_time_s or 0.0 for r in results)
     iqm = mean = "—"
-    verdict = "not finished yet" if any(r.status != "missing" for r in results) else "not run yet"
+    started = any(r.status != "missing" for r in results)
+    verdict = "not finished yet" if started else "not run yet"
     if finished:
         est = stats.interval_estimates(scores)
         iqm = f"{est['iqm'].value:.4g} [{est['iqm'].low:.4g}, {est['iqm'].high:.4g}]"
@@ -83,7 +84,7 @@ def row(entry: dict, results, overrides: list[str], measured: str) -> str:
             verdict = "**below**"
     anchor_text = "—" if anchor.get("return") is None else f"{anchor['return']:g}"
     return (f"| `{entry['spec']}` | {budget:,} | {steps} | {len(finished)}/{len(results)} | {iqm} | {mean} | "
-            f"{anchor_text} | {verdict} | {'—' if measured == '—' else f'{wall / 60:.1f} min'} | {measured} | "
+            f"{anchor_text} | {verdict} | {f'{wall / 60:.1f} min' if started else '—'} | {measured} | "
             f"{anchor.get('source', '')} |")
 
 
@@ -162,6 +163,11 @@ def keep(out: Path, kept: Path, run_dirs) -> None:
             _copy_kept(run_dir, kept / run_dir.relative_to(out))
 
 
+def machine_name(hardware: str | None, torch_version: str | None) -> str:
+    """A machine as the table lists it, from a run's provenance (its hardware and torch's package version)."""
+    return f"{hardware}; torch {torch_version}"
+
+
 def measured_on(results, machines: list[str], here: str) -> str:
     """The dates and machines of the finished runs (their provenance), as `DATE [machine number]`, adding machines
     not listed yet; today on this machine while none has finished, and "—" where none has started."""
@@ -169,8 +175,7 @@ def measured_on(results, machines: list[str], here: str) -> str:
     for result in results:
         if result.status == "finished":
             provenance = (yaml.safe_load((result.run_dir / "config.yaml").read_text()) or {}).get("provenance") or {}
-            torch_version = (provenance.get("versions") or {}).get("torch")
-            name = f"{provenance.get('hardware')}; torch {torch_version}"
+            name = machine_name(provenance.get("hardware"), (provenance.get("versions") or {}).get("torch"))
             seen.append((str(provenance.get("created", ""))[:10], name))
     if not seen and all(result.status == "missing" for result in results):
         return "—"
@@ -187,7 +192,7 @@ def write_table(suite: dict, path: Path, out: Path, table: Path, seeds: list[int
         f" --suite {_shown(path)} --out {_shown(out)} --table {_shown(table)}"
     extra = f" Every run with `{' '.join(overrides)}`." if overrides else ""
     earlier, machines = earlier_table(table)
-    here = f"{detect().describe()}; torch {versions()['torch']}"  # as a run's provenance names it
+    here = machine_name(detect().describe(), versions()["torch"])
     intro = INTRO.format(suite=path.name, stem=path.stem, seeds=len(seeds), options=options, extra=extra)
     lines = [intro.rstrip("\n"), "", HEADER, "| " + " | ".join(["---"] * (HEADER.count(" | ") + 1)) + " |"]
     for entry in suite["rows"]:

@@ -28,7 +28,7 @@ def inspect(
     distribution, values, rewards, returns-to-go; downloads as mp4 and CSV."""
     import torch
 
-    from rlfoundry.inspect.app import Inspector, build_page, is_local, launch, stop
+    from rlfoundry.inspect.app import Inspector, build_page, is_local, launch
 
     try:
         inspector = Inspector(run, checkpoint)
@@ -53,4 +53,4 @@ def inspect(
     except KeyboardInterrupt:
         pass
     finally:
-        stop(page)
+        page.close()

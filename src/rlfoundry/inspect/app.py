@@ -17,7 +17,6 @@ inspect-advantage, inspect-memory, inspect-at), which the browser test reads.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -309,20 +308,9 @@ def build_page(inspector: Inspector, host: str = DEFAULT_HOST):
 
 
 def launch(page, host: str = DEFAULT_HOST, port: int | None = None) -> str:
-    """Start serving `page` in a background thread; returns its local URL (`stop(page)` stops it)."""
+    """Start serving `page` in a background thread; returns its local URL (`page.close()` stops it)."""
     gradio()
     _, url, _ = page.launch(server_name=host, server_port=port, share=False, quiet=True, prevent_thread_lock=True,
                             show_error=True, ssr_mode=False, run_history=False, js=KEYS_JS,
                             max_file_size="200mb")
     return url
-
-
-def stop(page, seconds: float = 30.0) -> None:
-    """Stop serving `page` and wait up to `seconds` for its server thread to end: gradio's close waits only 5 s, and
-    a daemon thread still running while the interpreter exits can hold the exit up."""
-    page.close()
-    thread = getattr(getattr(page, "server", None), "thread", None)
-    if thread is not None:
-        thread.join(seconds)
-    sys.stdout.flush()
-    sys.stderr.flush()
