@@ -11,6 +11,7 @@ from rlfoundry.algos.ppo import PPO
 from rlfoundry.buffers.rollout import Minibatch
 from rlfoundry.envs import make
 from rlfoundry.run import hardware
+from rlfoundry.run.trainer import Trainer
 from rlfoundry.spec.load import load_config
 
 
@@ -61,15 +62,34 @@ def test_compile_auto_resolves_by_algorithm_core_and_budget(monkeypatch):
     monkeypatch.setattr(hardware, "has_cpp_compiler", lambda: True)
     cfg = load_config("CartPole-v1:ppo")
     long, short = hardware.COMPILE_PAYS_FROM, hardware.COMPILE_PAYS_FROM - 1
-    assert hardware.resolve_compile("auto", "ppo", cfg.network, long) is True
-    assert hardware.resolve_compile("auto", "ppo", cfg.network, short) is False
-    assert hardware.resolve_compile("auto", "dqn", cfg.network, long) is False
+    def resolved(*args):
+        return hardware.resolve_compile(*args)[0]
+
+    assert resolved("auto", "ppo", cfg.network, long) is True
+    assert resolved("auto", "ppo", cfg.network, short) is False
+    assert resolved("auto", "dqn", cfg.network, long) is False
     lstm = cfg.network.model_copy(update={"core": "lstm"})
-    assert hardware.resolve_compile("auto", "ppo", lstm, long) is False
-    assert hardware.resolve_compile(True, "dqn", cfg.network, 1) is True
-    assert hardware.resolve_compile(False, "ppo", cfg.network, long) is False
+    assert resolved("auto", "ppo", lstm, long) is False
+    assert resolved(True, "dqn", cfg.network, 1) is True
+    assert resolved(False, "ppo", cfg.network, long) is False
     monkeypatch.setattr(hardware, "has_cpp_compiler", lambda: False)  # inductor could not build its kernels
-    assert hardware.resolve_compile("auto", "ppo", cfg.network, long) is False
+    assert resolved("auto", "ppo", cfg.network, long) is False
+
+
+def test_compile_true_for_an_agent_without_a_compiled_path_runs_eager_with_a_warning(tmp_path):
+    """Every agent either compiles something or says it does not: `true` is never silently ignored."""
+    from rlfoundry.algos import ALGORITHMS
+
+    assert [name for name, agent in ALGORITHMS.items() if not agent.compiles] == ["dreamer", "planet"]
+    cfg = load_config("CartPole-v1:ppo")
+    assert hardware.resolve_compile(True, "ppo", cfg.network, 1, compiles=True) == (True, None)
+    compile_, warning = hardware.resolve_compile(True, "dreamer", cfg.network, 1, compiles=False)
+    assert compile_ is False and "dreamer has no compiled path" in warning
+    assert hardware.resolve_compile("auto", "dreamer", cfg.network, 10**9, compiles=False) == (False, None)
+    trainer = Trainer(load_config("rlfoundry/Reach-v0:dreamer", ["train.compile=true", "train.total_timesteps=1"]),
+                      tmp_path / "run")
+    assert trainer.run_cfg.train.compile is False
+    assert any("dreamer has no compiled path" in w for w in trainer.warnings)
 
 
 def _agents(spec_name: str):

@@ -43,6 +43,8 @@ class Agent:
     """One iteration = collect some experience, then learn from it."""
 
     device: torch.device  # where the agent's networks live
+    # Whether `train.compile` compiles anything of this agent; where not, `true` runs eager with a warning.
+    compiles: bool = True
 
     def iterate(self, envs: VectorEnv, progress: float) -> Iteration:
         """`progress` is the fraction of training done (0 → 1), for schedules."""

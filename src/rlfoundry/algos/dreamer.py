@@ -136,6 +136,9 @@ def policy_distribution(out: torch.Tensor, discrete: bool, min_std: float, max_s
 
 
 class Dreamer(Agent):
+    # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes of compiling (README)
+    compiles = False
+
     def __init__(self, cfg, spec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: DreamerConfig = cfg.algo

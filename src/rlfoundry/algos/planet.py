@@ -98,6 +98,9 @@ class PlaNetConfig(StrictModel):
 
 
 class PlaNet(Agent):
+    # no compiled path: its update is the RSSM's, whose compiled loss was no faster than eager for DreamerV3 (README)
+    compiles = False
+
     def __init__(self, cfg, spec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.algo: PlaNetConfig = cfg.algo

@@ -134,14 +134,19 @@ def resolve_precision(requested: str, device: torch.device, network, hardware: H
     return requested, None
 
 
-def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: int) -> bool:
-    """`train.compile` resolved. auto: PPO with a feed-forward core over a run long enough to win back the
-    compilation (COMPILE_PAYS_FROM steps), where a C++ compiler is found; everything else stays eager (see the
-    README's measurements)."""
+def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: int,
+                    compiles: bool = True) -> tuple[bool, str | None]:
+    """`train.compile` resolved, and a warning where `true` cannot be honoured (`compiles`: whether the algorithm
+    has a compiled path). auto: PPO with a feed-forward core over a run long enough to win back the compilation
+    (COMPILE_PAYS_FROM steps), where a C++ compiler is found; everything else stays eager (see the README's
+    measurements)."""
+    if requested is True and not compiles:
+        return False, (f"train.compile=true: {algo} has no compiled path (the README's \"Threads, precision and "
+                       f"compilation\" says why); it runs eager")
     if requested != "auto":
-        return bool(requested)
+        return bool(requested), None
     worth_it = algo in COMPILED_ALGOS and network.core == "identity" and total_timesteps >= COMPILE_PAYS_FROM
-    return worth_it and has_cpp_compiler()
+    return worth_it and has_cpp_compiler(), None
 
 
 def has_cpp_compiler() -> bool:

@@ -94,7 +94,7 @@ class Trainer:
         self.console = console or Console(stderr=True)
         self.device = resolve_device(cfg.train.device)  # a config error: raised before anything is created
         self.hardware = hardware.detect()
-        self.run_cfg, self.precision_warning = self._resolve_auto()
+        self.run_cfg, self.warnings = self._resolve_auto()
         self.summary: dict[str, Any] = dict.fromkeys(SUMMARY_KEYS)
         self.summary.update(
             status="running", env_id=cfg.env.id, algo=cfg.algo.name, variant=cfg.variant, seed=cfg.train.seed,
@@ -115,25 +115,28 @@ class Trainer:
         self.log.setLevel(logging.INFO)
         self.log.propagate = False
 
-    def _resolve_auto(self) -> tuple[ExperimentConfig, str | None]:
-        """The config the run trains with: `auto` threads and precision resolved from the hardware once, or, on
-        resume, taken from the run's provenance (so a resumed run computes as before); and a warning for bf16
-        without native support."""
+    def _resolve_auto(self) -> tuple[ExperimentConfig, list[str]]:
+        """The config the run trains with: `auto` threads, precision and compilation resolved from the hardware once,
+        or, on resume, taken from the run's provenance (so a resumed run computes as before); and the warnings: bf16
+        without native support, compilation asked of an agent that has none."""
         cfg = self.cfg
         threads = hardware.resolve_threads(cfg.train.torch_threads, cfg.network, self.hardware,
                                            processes=self.group.local_world if self.group else 1)
-        precision, warning = hardware.resolve_precision(cfg.train.precision, self.device, cfg.network, self.hardware)
+        precision, precision_warning = hardware.resolve_precision(cfg.train.precision, self.device, cfg.network,
+                                                                  self.hardware)
         started = cfg.provenance if self.resume is not None else None
         if started is not None and cfg.train.torch_threads == "auto" and started.torch_threads:
             threads = started.torch_threads
         if started is not None and cfg.train.precision == "auto" and started.precision:
             precision = started.precision
-        compile_ = hardware.resolve_compile(cfg.train.compile, cfg.algo.name, cfg.network, cfg.train.total_timesteps)
+        compile_, compile_warning = hardware.resolve_compile(cfg.train.compile, cfg.algo.name, cfg.network,
+                                                             cfg.train.total_timesteps,
+                                                             ALGORITHMS[cfg.algo.name].compiles)
         if started is not None and cfg.train.compile == "auto" and started.compile is not None:
             compile_ = started.compile
         train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision, "compile": compile_})
         run_cfg, self.in_process_note = debug.in_process(cfg.model_copy(update={"train": train}))
-        return run_cfg, warning
+        return run_cfg, [w for w in (precision_warning, compile_warning) if w]
 
     def _write_config(self, vectorization: str) -> None:
         git = git_commit()
@@ -241,9 +244,9 @@ class Trainer:
         cfg = self.cfg
         run_cfg = self.run_cfg
         seed_everything(cfg.train.seed, run_cfg.train.torch_threads)
-        if self.precision_warning:
-            self.log.warning(self.precision_warning)
-            self.console.print(f"[yellow]warning:[/] {escape(self.precision_warning)}", highlight=False)
+        for warning in self.warnings:
+            self.log.warning(warning)
+            self.console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
         if cfg.train.debug:
             echo = debug.ConsoleEcho(self.console)
             self.log.addHandler(echo)
