@@ -118,3 +118,15 @@ def test_bf16_on_emulating_hardware_warns_on_the_console_and_in_the_log(tmp_path
     assert summary["status"] == "finished"
     assert "no native bfloat16" in console.file.getvalue() and "AMD EPYC 7B12" in console.file.getvalue()
     assert "WARNING train.precision=bf16: the CPU AMD EPYC 7B12" in (run / "run.log").read_text()
+
+
+def test_cpu_names_without_a_model_number_carry_the_family_and_model():
+    zen5 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n" \
+           "flags\t\t: fpu avx avx2 fma avx512f avx512_bf16\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n" \
+           "model name\t: AMD EPYC\nflags\t\t: fpu avx\n"
+    assert hardware._cpuinfo(zen5) == ("AMD EPYC family 26 model 2", {"fpu", "avx", "avx2", "fma", "avx512f",
+                                                                        "avx512_bf16"})
+    rome = zen5.replace("model name\t: AMD EPYC\n", "model name\t: AMD EPYC 7B12\n")
+    assert hardware._cpuinfo(rome)[0] == "AMD EPYC 7B12"  # the name says it already
+    arm = "processor\t: 0\nFeatures\t: fp asimd bf16\nCPU implementer\t: 0x41\n"
+    assert hardware._cpuinfo(arm) == (None, {"fp", "asimd", "bf16"})

@@ -61,21 +61,23 @@ class Hardware:
         return text
 
 
-def _cpuinfo() -> tuple[str | None, set[str]]:
-    """(model name, flags) from /proc/cpuinfo on Linux; (None, empty) elsewhere."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None, set()
-    model, flags = None, set()
+def _cpuinfo(text: str | None = None) -> tuple[str | None, set[str]]:
+    """(model name, flags) from /proc/cpuinfo on Linux (or `text`); (None, empty) elsewhere. A model name without a
+    number (a virtual machine's `AMD EPYC`) gets the x86 family and model, which tell CPU generations apart: Zen 4
+    and Zen 5 EPYCs both say `AMD EPYC` but are family 25 and 26."""
+    if text is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None, set()
+    fields: dict[str, str] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and model is None:
-            model = value.strip()
-        elif key in ("flags", "Features") and not flags:
-            flags = set(value.split())
-    return model, flags
+        fields.setdefault(key.strip(), value.strip())  # the first processor's
+    model = fields.get("model name")
+    if model and not any(c.isdigit() for c in model) and "cpu family" in fields and "model" in fields:
+        model = f"{model} family {fields['cpu family']} model {fields['model']}"
+    return model, set(fields.get("flags", fields.get("Features", "")).split())
 
 
 def _torch_extensions() -> set[str]:
