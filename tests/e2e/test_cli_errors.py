@@ -64,6 +64,11 @@ ERRORS = {
                                ["--run-dir /proc/nope/run", "cannot create or write", "No such file or directory"]),
     "unwritable runs root": Case(["train", "CartPole-v1:ppo", "logging.runs_root=/proc/forbidden"],
                                  ["logging.runs_root = '/proc/forbidden'", "cannot create or write"]),
+    # the agent meets the env's spaces only once the env is built: still bad input, and still nothing written
+    "algorithm cannot take the actions": Case(["train", "Acrobot-v1:planet"],
+                                              ["algo.name = 'planet'", "Discrete(3)", "PlaNet plans 1-D Box"]),
+    "dqn on continuous actions": Case(["train", "MountainCarContinuous-v0:dqn"],
+                                      ["algo.name = 'dqn'", "continuous actions", "DQN needs Discrete"]),
     "non-empty run dir": Case(["train", "CartPole-v1:ppo", "--total-timesteps", "256", "--run-dir", "existing"],
                               ["--run-dir", "existing", "not empty"], _non_empty_run_dir),
 }

@@ -127,8 +127,21 @@ def _merge_manifest(out: Path, specs: list[str], seeds: list[int], overrides: li
     write_atomic(path, yaml.safe_dump({"specs": specs, "seeds": seeds, "overrides": list(overrides)}, sort_keys=False))
 
 
+def _log(trial: Trial, logs: Path) -> Path:
+    return logs / f"{trial.run_dir.parent.name}_s{trial.seed}.log"
+
+
+def _result(trial: Trial, logs: Path) -> RunResult:
+    """The trial's run; one that left no run directory (its spec was bad input for the env: the trainer writes
+    nothing then) gives the error from its console output."""
+    result = read_run(trial.run_dir, trial.spec, trial.seed)
+    if result.status == "missing" and not trial.run_dir.exists() and _log(trial, logs).is_file():
+        result.error = processes.error_line(_log(trial, logs))
+    return result
+
+
 def _start(trial: Trial, overrides: list[str], group: str, logs: Path, share: int, launch) -> Running:
-    log = logs / f"{trial.run_dir.parent.name}_s{trial.seed}.log"
+    log = _log(trial, logs)
     args = [trial.spec, *overrides, f"train.seed={trial.seed}", f"logging.group={group}"]
     return Running(trial, launch(processes.train_command(trial.run_dir, args), log, share))
 
@@ -155,7 +168,7 @@ def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Pa
                 _run_all(trials, overrides, out, cpus, show, cluster.start)
         else:
             _run_all(trials, overrides, out, workers or usable_cores(), show, processes.start)
-        results = [read_run(trial.run_dir, trial.spec, trial.seed) for trial in trials]
+        results = [_result(trial, out / "logs") for trial in trials]
         write_report(out, results, title=f"trials {out.name}")
     return results
 

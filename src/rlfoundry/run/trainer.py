@@ -21,7 +21,7 @@ import traceback
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ from rich.markup import escape
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import ALGORITHMS
 from rlfoundry.algos.optim import debug_checks
+from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import Provenance
 from rlfoundry.envs import state as envs_state
 from rlfoundry.run import checkpoint as ckpt
@@ -62,6 +63,15 @@ class RunFailed(Exception):
     def __init__(self, run_dir: Path, message: str):
         super().__init__(message)
         self.run_dir = run_dir
+
+
+class Built(NamedTuple):
+    """What a run trains with, built before its run directory is written."""
+
+    train_envs: Any
+    eval_envs: Any
+    spec: envs_lib.EnvSpec
+    agent: Any
 
 
 class RunLogHandler(logging.FileHandler):
@@ -176,13 +186,21 @@ class Trainer:
             self.log.warning("run registry: %s", exc)
 
     def run(self) -> dict[str, Any]:
+        try:
+            built: Built | Exception = self._build()
+        except ConfigError:
+            raise  # bad input (an algorithm that cannot take this env's spaces): nothing is written
+        except Exception as exc:
+            built = exc  # recorded below as the run's failure
         self._open_run_dir()
         self._write_summary()
         self._register()
         sinks: list = []
         previous_handlers = self._install_signal_handlers()
         try:
-            self._train(sinks)
+            if isinstance(built, Exception):
+                raise built
+            self._train(sinks, built)
         except KeyboardInterrupt:
             self.summary["status"] = "stopped"
             self.log.info("stopped by the user at step %s", self.summary["total_steps"])
@@ -240,10 +258,29 @@ class Trainer:
                     f"`rlfoundry train --resume {self.run_dir}`")
         return f"disk full while writing {exc.filename}; {then}"
 
-    def _train(self, sinks: list) -> None:
+    def _build(self) -> Built:
+        """Seeding, then the envs and the agent, before the run directory exists: an agent that cannot take the env
+        (a ConfigError) leaves nothing behind."""
+        cfg, run_cfg = self.cfg, self.run_cfg
+        seed_everything(cfg.train.seed, run_cfg.train.torch_threads)
+        env_cfg = run_cfg.env
+        if self.resume is not None and cfg.provenance is not None and env_cfg.vectorization == "auto":
+            # the vectorization the run chose, not a new measurement: the saved env state is for it
+            env_cfg = env_cfg.model_copy(update={"vectorization": cfg.provenance.vectorization})
+        with contextlib.ExitStack() as opened:  # closed again if a later part fails
+            train_envs, spec = envs_lib.make(env_cfg, gamma=getattr(cfg.algo, "gamma", 0.99),
+                                             check_finite=cfg.train.debug)
+            opened.callback(train_envs.close)
+            eval_envs, _ = envs_lib.make(env_cfg, cfg.eval.num_envs or min(cfg.eval.episodes, 16), evaluation=True)
+            opened.callback(eval_envs.close)
+            agent = ALGORITHMS[cfg.algo.name](run_cfg, spec, self.device)
+            opened.pop_all()
+        return Built(train_envs, eval_envs, spec, agent)
+
+    def _train(self, sinks: list, built: Built) -> None:
         cfg = self.cfg
         run_cfg = self.run_cfg
-        seed_everything(cfg.train.seed, run_cfg.train.torch_threads)
+        train_envs, eval_envs, spec, agent = built
         for warning in self.warnings:
             self.log.warning(warning)
             self.console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
@@ -254,16 +291,6 @@ class Trainer:
         if self.in_process_note:
             self.log.info(self.in_process_note)
         checkpoint = self.resume
-        env_cfg = run_cfg.env
-        if checkpoint is not None:
-            if cfg.provenance is not None and env_cfg.vectorization == "auto":
-                # the vectorization the run chose, not a new measurement: the saved env state is for it
-                env_cfg = env_cfg.model_copy(update={"vectorization": cfg.provenance.vectorization})
-        gamma = getattr(cfg.algo, "gamma", 0.99)
-        train_envs, spec = envs_lib.make(env_cfg, gamma=gamma, check_finite=cfg.train.debug)
-        eval_num_envs = cfg.eval.num_envs or min(cfg.eval.episodes, 16)
-        eval_envs, _ = envs_lib.make(env_cfg, eval_num_envs, evaluation=True)
-        agent = ALGORITHMS[cfg.algo.name](run_cfg, spec, self.device)
         progress = Progress.start(cfg)
         if checkpoint is None:
             self._write_config(spec.vectorization)
