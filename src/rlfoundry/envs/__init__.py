@@ -28,7 +28,9 @@ from rlfoundry.envs.config_wrappers import wrapped
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
 from rlfoundry.envs.toys import register_toys
-from rlfoundry.envs.wrappers import ActionRepeat, FiniteCheck, MaskObservation, RenderedFrames, mask_obs_space
+from rlfoundry.envs.wrappers import (
+    ActionRepeat, FiniteCheck, MaskObservation, RenderedFrames, images_channel_first, mask_obs_space,
+)
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
 ASYNC_STEP_SECONDS = 2e-3
@@ -234,7 +236,8 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
 
     MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view), the optional
     families (`FAMILIES`) their own preprocessing; then `env_cfg.action_repeat`, the rendered frames of
-    `env_cfg.pixels`, and `env_cfg.wrappers` outermost (`rlfoundry.envs.config_wrappers`).
+    `env_cfg.pixels`, `env_cfg.wrappers` (`rlfoundry.envs.config_wrappers`), and outermost channel-last images
+    transposed to channel-first (`images_channel_first`).
     """
     family = load_family(env_id)
     pixels = env_cfg is not None and env_cfg.pixels.enabled
@@ -254,9 +257,9 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
         make_env = partial(ActionRepeat.around, make_env, env_cfg.action_repeat)
     if pixels:  # outside the repeat: one frame per agent step
         make_env = partial(RenderedFrames.around, make_env, *env_cfg.pixels.frame_size)
-    if env_cfg is not None and env_cfg.wrappers:
-        return partial(wrapped, make_env, env_cfg.wrappers)
-    return make_env
+    if env_cfg is not None and env_cfg.wrappers:  # as the env gives its observations (Gymnasium's image wrappers
+        make_env = partial(wrapped, make_env, env_cfg.wrappers)  # take channel-last ones)
+    return partial(images_channel_first, make_env)
 
 
 def probe_spaces(env_id: str, kwargs: dict | None = None, env_cfg=None) -> tuple[spaces.Space, spaces.Space]:

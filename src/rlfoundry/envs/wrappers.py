@@ -4,6 +4,9 @@
 
 `RenderedFrames` (`env.pixels`) wraps each sub-env: its rendered frames become the observation.
 
+`images_channel_first` wraps each sub-env whose observations are channel-last uint8 images [H, W, C] (CarRacing,
+Crafter, Procgen, most pixel envs outside the families rlfoundry preprocesses itself): the networks read [C, H, W].
+
 `MaskObservation` makes a POMDP from a vector-observation env by hiding chosen entries (`env.mask_obs`).
 Hidden entries are *removed*, not zeroed: the observation shrinks (CartPole with `mask_obs: [1, 3]` observes
 [cart position, pole angle]). That is what the POMDP benchmarks do (pomdp-baselines' "-P" tasks keep
@@ -115,6 +118,29 @@ class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action):
         _, reward, terminated, truncated, info = self.env.step(action)
         return self.frame(), reward, terminated, truncated, info
+
+
+IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB, RGBA
+
+
+def is_channel_last(space: spaces.Space) -> bool:
+    """uint8 images [H, W, C] with C grey, RGB or RGBA and both sides larger than C. Channel-first ones ([3, 64, 64],
+    stacks [4, 84, 84], MiniGrid's [3, 7, 7]) end in a side, never in a channel count below both other sides."""
+    if not (isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3):
+        return False
+    height, width, channels = space.shape
+    return channels in IMAGE_CHANNELS and min(height, width) > channels
+
+
+def images_channel_first(make_env) -> gym.Env:
+    """The env from `make_env()`, with channel-last image observations transposed to [C, H, W] (a view; the vector
+    env copies it into its batch); any other env as it is."""
+    env = make_env()
+    space = env.observation_space
+    if not is_channel_last(space):
+        return env
+    box = spaces.Box(space.low.transpose(2, 0, 1), space.high.transpose(2, 0, 1), dtype=np.uint8)
+    return gym.wrappers.TransformObservation(env, lambda obs: obs.transpose(2, 0, 1), box)
 
 
 class MaskObservation(VectorObservationWrapper):

@@ -1,0 +1,58 @@
+"""Channel-last image envs (CarRacing, Crafter, Procgen: uint8 [H, W, C]) reach the networks channel-first: without
+the transpose a CNN would read CarRacing's [96, 96, 3] as 96 channels of 96 × 3 images, and train on nonsense."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from rlfoundry.config.sections import EnvConfig
+from rlfoundry.envs import make, probe_spaces
+from rlfoundry.envs.wrappers import images_channel_first, is_channel_last
+
+ID = "rlfoundry-test/CartPoleFrames-v0"
+
+
+def cartpole_frames(**kwargs) -> gym.Env:
+    """CartPole whose observation is its rendered frame, channel-last [400, 600, 3] as Gymnasium gives it."""
+    return gym.wrappers.AddRenderObservation(gym.make("CartPole-v1", render_mode="rgb_array"), render_only=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    gym.register(ID, entry_point=cartpole_frames, max_episode_steps=20)
+    yield
+    gym.registry.pop(ID)
+
+
+@pytest.mark.parametrize(("shape", "expected"), [
+    ((96, 96, 3), True), ((64, 64, 1), True), ((84, 84, 4), True), ((7, 7, 3), True),
+    ((3, 96, 96), False), ((4, 84, 84), False), ((3, 7, 7), False), ((12, 20, 16), False), ((2, 2, 3), False),
+])
+def test_channel_last_images_are_told_from_channel_first_ones(shape, expected):
+    assert is_channel_last(spaces.Box(0, 255, shape, np.uint8)) is expected
+    assert not is_channel_last(spaces.Box(0.0, 1.0, shape, np.float32))  # only uint8 images
+
+
+def test_observations_are_transposed_views_of_the_env_frames():
+    env = images_channel_first(cartpole_frames)
+    assert env.observation_space.shape == (3, 400, 600)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (3, 400, 600) and obs in env.observation_space
+    np.testing.assert_array_equal(obs, env.unwrapped.render().transpose(2, 0, 1))
+    unchanged = images_channel_first(lambda: gym.make("CartPole-v1"))
+    assert unchanged.observation_space.shape == (4,)
+
+
+def test_make_and_probe_give_the_agent_channel_first_images():
+    cfg = EnvConfig(id=ID, num_envs=2, vectorization="sync", normalize_obs=False, normalize_reward=False)
+    observation_space, _ = probe_spaces(ID, {}, cfg)
+    envs, spec = make(cfg)
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert observation_space.shape == spec.obs_shape == (3, 400, 600)
+        assert obs.shape == (2, 3, 400, 600) and obs.dtype == np.uint8
+    finally:
+        envs.close()
