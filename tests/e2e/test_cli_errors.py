@@ -69,6 +69,10 @@ ERRORS = {
                                               ["algo.name = 'planet'", "Discrete(3)", "PlaNet plans 1-D Box"]),
     "dqn on continuous actions": Case(["train", "MountainCarContinuous-v0:dqn"],
                                       ["algo.name = 'dqn'", "continuous actions", "DQN needs Discrete"]),
+    # 10^14 transitions: petabytes, beyond any machine's address space, overcommitted or not
+    "replay larger than memory": Case(["train", "Pendulum-v1:sac", "algo.buffer_size=100000000000000"],
+                                      ["algo.buffer_size = 100,000,000,000,000", "does not fit in memory",
+                                       "lower algo.buffer_size"]),
     "non-empty run dir": Case(["train", "CartPole-v1:ppo", "--total-timesteps", "256", "--run-dir", "existing"],
                               ["--run-dir", "existing", "not empty"], _non_empty_run_dir),
 }

@@ -28,6 +28,7 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Agent, Iteration, autocast, compile_modules, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.replay import (
     PrioritizedReplayBuffer, ReplayBuffer, collect, load_replay_state, replay_state, start_envs,
 )
@@ -99,8 +100,10 @@ class DQN(Agent):
         self.target_flat = flatten_parameters(self.target).requires_grad_(False)
         replay = PrioritizedReplayBuffer if self.algo.prioritized else ReplayBuffer
         extra = {"alpha": self.algo.per_alpha} if self.algo.prioritized else {}
-        self.replay = replay(self.algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, (), np.int64,
-                             n_step=self.algo.n_step, gamma=self.algo.gamma, frame_stack=frame_stack(cfg.env), **extra)
+        with sized_by("algo.buffer_size", self.algo.buffer_size):
+            self.replay = replay(self.algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, (), np.int64,
+                                 n_step=self.algo.n_step, gamma=self.algo.gamma, frame_stack=frame_stack(cfg.env),
+                                 **extra)
         self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))  # ε-greedy draws and replay sampling
         self.obs: np.ndarray | None = None
         self.env_steps = 0

@@ -37,6 +37,7 @@ from torch import nn
 from torch.distributions import Categorical
 
 from rlfoundry.algos.base import Agent, Iteration, Memory, latent_iteration
+from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
@@ -162,8 +163,9 @@ class Dreamer(Agent):
         capacity = min(algo.replay_size, cfg.train.total_timesteps + spec.num_envs)
         capacity = max(capacity, spec.num_envs * (algo.batch_length + 2))
         action_shape, action_dtype = ((), np.int64) if self.discrete else ((action_size,), np.float32)
-        self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
-                                     action_dtype, feature_size, algo.batch_length if algo.replay_online else None)
+        with sized_by("algo.replay_size", capacity):
+            self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
+                                         action_dtype, feature_size, algo.batch_length if algo.replay_online else None)
         self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
         self.discount = 1.0 - 1.0 / algo.horizon
         self.obs: np.ndarray | None = None  # the observation the next step starts from

@@ -29,6 +29,7 @@ import torch
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from rlfoundry.algos.base import Agent, Iteration, Memory, latent_iteration
+from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
@@ -114,8 +115,9 @@ class PlaNet(Agent):
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=algo.lr, eps=algo.adam_eps)
         capacity = max(min(algo.replay_size, cfg.train.total_timesteps + spec.num_envs),
                        spec.num_envs * (algo.batch_length + 2))
-        self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, (self.action_size,),
-                                     np.float32, self.model.rssm.feature_size)
+        with sized_by("algo.replay_size", capacity):
+            self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, (self.action_size,),
+                                         np.float32, self.model.rssm.feature_size)
         self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
         self.obs: np.ndarray | None = None
         self.memory = Memory()

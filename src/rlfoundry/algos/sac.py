@@ -40,6 +40,7 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Agent, Iteration, autocast, compile_modules, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.replay import Collected, ReplayBuffer, collect, load_replay_state, replay_state, start_envs
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.schedule import Schedule
@@ -180,8 +181,10 @@ class SAC(Agent):
             auto_entropy = -float(spec.action_space.shape[0])
             action_shape, action_dtype = spec.action_space.shape, np.float32
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
-        self.replay = ReplayBuffer(algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
-                                   action_dtype, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack(cfg.env))
+        with sized_by("algo.buffer_size", algo.buffer_size):
+            self.replay = ReplayBuffer(algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
+                                       action_dtype, n_step=algo.n_step, gamma=algo.gamma,
+                                       frame_stack=frame_stack(cfg.env))
         self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
         self.obs: np.ndarray | None = None
         self.env_steps = 0
