@@ -56,3 +56,15 @@ def test_make_and_probe_give_the_agent_channel_first_images():
         assert obs.shape == (2, 3, 400, 600) and obs.dtype == np.uint8
     finally:
         envs.close()
+
+
+def test_config_wrappers_see_the_frames_as_the_env_gives_them():
+    """Gymnasium's ResizeObservation takes channel-last frames and a tuple: `env.wrappers` from YAML gives a list."""
+    cfg = EnvConfig(id=ID, num_envs=1, vectorization="sync", normalize_obs=False, normalize_reward=False,
+                    wrappers=[{"id": "ResizeObservation", "kwargs": {"shape": [64, 48]}}])
+    envs, spec = make(cfg)
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert spec.obs_shape == (3, 64, 48) and obs.shape == (1, 3, 64, 48)
+    finally:
+        envs.close()

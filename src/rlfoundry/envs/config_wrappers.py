@@ -7,7 +7,8 @@ first, after the family's own preprocessing (MiniGrid's image view):
         - {id: RescaleObservation, kwargs: {min_obs: -1.0, max_obs: 1.0}}
         - {id: my_package.wrappers:MyWrapper, kwargs: {scale: 2}}     # any importable `module:Class`
 
-A name without a colon is looked up in `gymnasium.wrappers`; `module:Class` imports the module (the user's own
+Lists among the kwargs are given as tuples (YAML has none; `ResizeObservation` checks for one). A name without a
+colon is looked up in `gymnasium.wrappers`; `module:Class` imports the module (the user's own
 code, as a Python path in a config always is). An unknown name, a class that is not a `gymnasium.Wrapper`, or
 keyword arguments the wrapper does not take are a ConfigError (exit 2) naming the entry, with close names
 suggested for a misspelt Gymnasium wrapper.
@@ -60,12 +61,14 @@ def apply_wrappers(env: gym.Env, wrappers: list) -> gym.Env:
     for index, entry in enumerate(wrappers):
         where = f"env.wrappers[{index}].id"
         cls = resolve_wrapper(entry.id, where)
+        # YAML has no tuples, and Gymnasium's wrappers check for them (ResizeObservation's `shape`)
+        kwargs = {key: tuple(value) if isinstance(value, list) else value for key, value in entry.kwargs.items()}
         try:
-            inspect.signature(cls).bind(env, **entry.kwargs)
+            inspect.signature(cls).bind(env, **kwargs)
         except TypeError as exc:
             raise ConfigError(f"{where} = '{entry.id}': bad env.wrappers[{index}].kwargs {entry.kwargs}: {exc}; "
                               f"it takes {inspect.signature(cls)}") from None
-        env = cls(env, **entry.kwargs)
+        env = cls(env, **kwargs)
     return env
 
 

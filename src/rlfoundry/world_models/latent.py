@@ -159,8 +159,10 @@ def check_observations(spec, cnn: str, algo: str, name: str) -> None:
     networks take. `algo` and `name` (e.g. 'dreamer', 'DreamerV3') name the agent in the message."""
     problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape, cnn)
     if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
+        hint = ("; images of another size can be resized by a Gymnasium wrapper, e.g. env.wrappers="
+                "[{id: ResizeObservation, kwargs: {shape: [64, 64]}}]") if len(spec.obs_shape) == 3 else ""
         raise ConfigError(f"algo.name = '{algo}': {spec.id} gives {spec.observation_space} observations; {name} "
-                          f"takes vectors (a 1-D Box) or uint8 {problem or 'images'}")
+                          f"takes vectors (a 1-D Box) or uint8 {problem or 'images'}{hint}")
 
 
 def observe_latest(model: LatentModel, memory, obs: np.ndarray, action_shape: tuple[int, ...]) -> State:
