@@ -3,14 +3,19 @@ the transpose a CNN would read CarRacing's [96, 96, 3] as 96 channels of 96 × 3
 
 from __future__ import annotations
 
+import re
+
+import cv2
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
 
+from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import make, probe_spaces
 from rlfoundry.envs.wrappers import images_channel_first, is_channel_last
+from rlfoundry.spec.load import load_config
 
 ID = "rlfoundry-test/CartPoleFrames-v0"
 
@@ -68,3 +73,38 @@ def test_config_wrappers_see_the_frames_as_the_env_gives_them():
         assert spec.obs_shape == (3, 64, 48) and obs.shape == (1, 3, 64, 48)
     finally:
         envs.close()
+
+
+def test_img_size_resizes_the_images_for_the_agent():
+    cfg = EnvConfig(id=ID, num_envs=2, vectorization="sync", normalize_obs=False, normalize_reward=False,
+                    img_size=[40, 60])
+    envs, spec = make(cfg)
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert spec.obs_shape == (3, 40, 60) and obs.shape == (2, 3, 40, 60) and obs.dtype == np.uint8
+        frame = gym.make("CartPole-v1", render_mode="rgb_array")
+        frame.reset(seed=0)
+        expected = cv2.resize(frame.render(), (60, 40), interpolation=cv2.INTER_AREA).transpose(2, 0, 1)
+        np.testing.assert_array_equal(obs[0], expected)  # the same frame, resized once, channel-first
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize(("env_id", "message"), [
+    ("CartPole-v1", "resizes image observations, and CartPole-v1 gives Box"),
+    ("MiniGrid-Empty-5x5-v0", "has frame options of its own (env.minigrid.view)"),
+])
+def test_img_size_is_refused_where_it_cannot_apply(env_id, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        probe_spaces(env_id, {}, EnvConfig(id=env_id, img_size=64))
+
+
+def test_the_latent_models_resize_an_image_id_without_a_preset_to_64():
+    for algo in ("dreamer", "planet"):
+        cfg = load_config(f"{ID}:{algo}")
+        assert cfg.env.img_size == 64, algo
+        assert load_config(f"{ID}:{algo}", ["env.img_size=null"]).env.img_size is None  # the user's word wins
+    assert load_config(f"{ID}:ppo").env.img_size is None  # other algorithms see the frames as they come
+    assert load_config("Acrobot-v1:dreamer").env.img_size is None  # vectors
+    rendered = load_config("Acrobot-v1:dreamer", ["env.pixels.enabled=true", "env.pixels.img_size=96"])
+    assert rendered.env.img_size is None and rendered.env.pixels.img_size == 96  # the size the user rendered at

@@ -46,8 +46,8 @@ from rlfoundry.world_models import dists
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, observe_latest, restore_acting,
-    time_major, to_env_actions,
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, env_defaults, observe_latest,
+    restore_acting, time_major, to_env_actions,
 )
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM
@@ -114,12 +114,11 @@ class DreamerConfig(StrictModel):
 
     @staticmethod
     def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
-        """An id without a preset: one env, observations as they come (the world model symlogs vectors). ALE ids get
+        """An id without a preset: `latent.env_defaults` (one env; images at 64 x 64). ALE ids get
         the reference's Atari 100k env (configs.yaml `atari100k`, `env.atari`): 64 × 64 RGB frames without
         stacking, action repeat 4, no sticky actions, up to 30 no-ops, lives not ending episodes, unclipped rewards
         (the two-hot heads take any scale); its train_ratio 256 and 110k steps."""
-        env: dict[str, Any] = {"num_envs": 1, "vectorization": "sync", "normalize_obs": False,
-                               "normalize_reward": False}
+        env: dict[str, Any] = env_defaults(observation_space, env_id)
         layers: dict[str, Any] = {"env": env, "train": {"total_timesteps": 100_000}}
         if env_id.startswith("ALE/"):
             env.pop("vectorization")  # ALE's own vector env

@@ -35,8 +35,8 @@ from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import env_seed
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, observe_latest, restore_acting,
-    time_major, to_env_actions,
+    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, env_defaults, observe_latest,
+    restore_acting, time_major, to_env_actions,
 )
 from rlfoundry.world_models.planning import cross_entropy_method
 from rlfoundry.world_models.rssm import RSSM
@@ -93,9 +93,8 @@ class PlaNetConfig(StrictModel):
 
     @staticmethod
     def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
-        """An id without a preset: one env, observations as they come (the world model symlogs them)."""
-        return {"env": {"num_envs": 1, "vectorization": "sync", "normalize_obs": False, "normalize_reward": False},
-                "train": {"total_timesteps": 100_000}}
+        """An id without a preset: `latent.env_defaults` (one env; images at 64 x 64)."""
+        return {"env": env_defaults(observation_space, env_id), "train": {"total_timesteps": 100_000}}
 
 
 class PlaNet(Agent):

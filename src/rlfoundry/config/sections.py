@@ -182,6 +182,11 @@ class EnvConfig(StrictModel):
     action_repeat: PositiveInt = Field(
         1, description="Repeat each action this many env steps, summing the rewards (stops at the episode's end); "
         "DeepMind Control practice: 8 for cartpole, 2 for walker and cheetah. ALE ids use env.atari.frame_skip.")
+    img_size: int | tuple[int, int] | None = Field(
+        None, description="Resize image observations (uint8, channel-first) to a side or [height, width] with OpenCV's "
+        "INTER_AREA, for ids outside the families with frame options of their own (env.atari, env.minigrid, "
+        "env.dm_control, env.vizdoom, env.retro). null: as the env gives them. DreamerV3's and PlaNet's defaults "
+        "for an image id without a preset: 64, as their reference code resizes every image.")
     pixels: PixelsConfig = Field(default_factory=PixelsConfig, description="Observe rendered frames (ids that render "
                                  "rgb_array, outside the families below).")
     minigrid: MiniGridConfig = Field(default_factory=MiniGridConfig, description="MiniGrid ids only: the observation.")
@@ -190,6 +195,14 @@ class EnvConfig(StrictModel):
         default_factory=DmControlConfig, description="DeepMind Control ids only: vectors or pixels.")
     vizdoom: FramesConfig = Field(default_factory=FramesConfig, description="ViZDoom ids only: the preprocessing.")
     retro: FramesConfig = Field(default_factory=FramesConfig, description="Retro ids only: the preprocessing.")
+
+    _img_size = field_validator("img_size", mode="before")(
+        classmethod(lambda cls, value: None if value is None else _frame_size(value)))
+
+    @property
+    def frame_size(self) -> tuple[int, int] | None:
+        """(height, width) of `img_size`, or None."""
+        return (self.img_size, self.img_size) if isinstance(self.img_size, int) else self.img_size
 
 
 class NetworkConfig(StrictModel):

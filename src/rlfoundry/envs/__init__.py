@@ -29,7 +29,7 @@ from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
 from rlfoundry.envs.toys import register_toys
 from rlfoundry.envs.wrappers import (
-    ActionRepeat, FiniteCheck, MaskObservation, RenderedFrames, images_channel_first, mask_obs_space,
+    ActionRepeat, FiniteCheck, MaskObservation, RenderedFrames, images_channel_first, mask_obs_space, resized_images,
 )
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
@@ -145,15 +145,24 @@ def check_renders(env_id: str, purpose: str = "cannot record a video") -> None:
                           "not 'rgb_array'")
 
 
+def frame_options(env_id: str) -> str | None:
+    """The config section with the frame options of an id's family (ALE, MiniGrid, DeepMind Control, ViZDoom, Retro),
+    or None."""
+    if atari.is_atari(env_id):
+        return "env.atari"
+    if is_minigrid(env_id):
+        return "env.minigrid.view"
+    family = family_of(env_id)
+    prefixes = {"dm_control/": "env.dm_control.pixels", "Vizdoom": "env.vizdoom", "retro/": "env.retro"}
+    return None if family is None else prefixes.get(family.prefix)
+
+
 def check_pixels(env_cfg) -> None:
     """`env.pixels` is for ids that render rgb_array outside the families with frames of their own."""
     if not env_cfg.pixels.enabled:
         return
-    family = family_of(env_cfg.id)
-    if atari.is_atari(env_cfg.id) or is_minigrid(env_cfg.id) or family is not None:
-        own = ("env.atari" if atari.is_atari(env_cfg.id) else "env.minigrid.view" if is_minigrid(env_cfg.id) else
-               {"dm_control/": "env.dm_control.pixels", "Vizdoom": "env.vizdoom", "retro/": "env.retro"}.get(
-                   family.prefix))
+    if atari.is_atari(env_cfg.id) or is_minigrid(env_cfg.id) or family_of(env_cfg.id) is not None:
+        own = frame_options(env_cfg.id)
         why = f"has frame options of its own ({own})" if own else "runs batched, without rendering"
         raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} {why}")
     if env_cfg.mask_obs:
@@ -216,6 +225,14 @@ def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
                 f"env.normalize_obs = static: {env_cfg.id}'s observation space {observation_space} has no finite "
                 f"bounds to rescale from (entries {unbounded}); allowed: true (running statistics) or false")
     check_pixels(env_cfg)
+    if env_cfg.img_size is not None:
+        own = frame_options(env_cfg.id)
+        if own is not None:
+            raise ConfigError(f"env.img_size = {env_cfg.img_size}: {env_cfg.id} has frame options of its own ({own}); "
+                              "set the size there")
+        if not is_image_space(observation_space):
+            raise ConfigError(f"env.img_size = {env_cfg.img_size}: resizes image observations, and {env_cfg.id} "
+                              f"gives {observation_space}; remove it")
     if env_cfg.minigrid != type(env_cfg.minigrid)() and not is_minigrid(env_cfg.id):
         shown = env_cfg.minigrid.model_dump()
         raise ConfigError(f"env.minigrid = {shown}: {env_cfg.id} is not a MiniGrid id; remove the section")
@@ -236,8 +253,8 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
 
     MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view), the optional
     families (`FAMILIES`) their own preprocessing; then `env_cfg.action_repeat`, the rendered frames of
-    `env_cfg.pixels`, `env_cfg.wrappers` (`rlfoundry.envs.config_wrappers`), and outermost channel-last images
-    transposed to channel-first (`images_channel_first`).
+    `env_cfg.pixels`, `env_cfg.wrappers` (`rlfoundry.envs.config_wrappers`), channel-last images transposed to
+    channel-first (`images_channel_first`) and, outermost, images resized to `env_cfg.img_size`.
     """
     family = load_family(env_id)
     pixels = env_cfg is not None and env_cfg.pixels.enabled
@@ -259,7 +276,10 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
         make_env = partial(RenderedFrames.around, make_env, *env_cfg.pixels.frame_size)
     if env_cfg is not None and env_cfg.wrappers:  # as the env gives its observations (Gymnasium's image wrappers
         make_env = partial(wrapped, make_env, env_cfg.wrappers)  # take channel-last ones)
-    return partial(images_channel_first, make_env)
+    make_env = partial(images_channel_first, make_env)
+    if env_cfg is not None and env_cfg.img_size is not None:
+        make_env = partial(resized_images, make_env, *env_cfg.frame_size)
+    return make_env
 
 
 def probe_spaces(env_id: str, kwargs: dict | None = None, env_cfg=None) -> tuple[spaces.Space, spaces.Space]:

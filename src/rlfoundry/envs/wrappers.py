@@ -7,6 +7,8 @@
 `images_channel_first` wraps each sub-env whose observations are channel-last uint8 images [H, W, C] (CarRacing,
 Crafter, Procgen, most pixel envs outside the families rlfoundry preprocesses itself): the networks read [C, H, W].
 
+`resized_images` (`env.img_size`) resizes them, for ids whose families have no frame size of their own.
+
 `MaskObservation` makes a POMDP from a vector-observation env by hiding chosen entries (`env.mask_obs`).
 Hidden entries are *removed*, not zeroed: the observation shrinks (CartPole with `mask_obs: [1, 3]` observes
 [cart position, pole angle]). That is what the POMDP benchmarks do (pomdp-baselines' "-P" tasks keep
@@ -141,6 +143,23 @@ def images_channel_first(make_env) -> gym.Env:
         return env
     box = spaces.Box(space.low.transpose(2, 0, 1), space.high.transpose(2, 0, 1), dtype=np.uint8)
     return gym.wrappers.TransformObservation(env, lambda obs: obs.transpose(2, 0, 1), box)
+
+
+def resized_images(make_env, height: int, width: int) -> gym.Env:
+    """The env from `make_env()` with its uint8 [C, H, W] image observations resized to [C, height, width] with
+    OpenCV's INTER_AREA (`env.img_size`); any other env, or images of that size already, as they are."""
+    env = make_env()
+    space = env.observation_space
+    if not (isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3) \
+            or space.shape[1:] == (height, width):
+        return env
+    box = spaces.Box(0, 255, (space.shape[0], height, width), np.uint8)
+
+    def resize(obs: np.ndarray) -> np.ndarray:
+        frame = cv2.resize(obs.transpose(1, 2, 0), (width, height), interpolation=cv2.INTER_AREA)
+        return (frame[..., None] if frame.ndim == 2 else frame).transpose(2, 0, 1)  # OpenCV drops a single channel
+
+    return gym.wrappers.TransformObservation(env, resize, box)
 
 
 class MaskObservation(VectorObservationWrapper):

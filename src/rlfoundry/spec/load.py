@@ -216,6 +216,8 @@ def generic_layers(env_id: str, algo: str, env_section: dict[str, Any] | None = 
         env_cfg = EnvConfig(id=env_id)  # the options' errors are reported by `validate`, in full
     observation_space, action_space = probe_spaces(env_id, make_kwargs(env_cfg), env_cfg)
     layers: dict[str, Any] = ALGO_CONFIGS[algo].defaults_for(observation_space, action_space, env_id)
+    if env_cfg.pixels.enabled:  # the user chose the rendered frames' size (env.pixels.img_size)
+        layers.get("env", {}).pop("img_size", None)
     layers = deep_merge(layers, {"network": default_network(env_id, observation_space)})
     layers = deep_merge(layers, {"variant": algo, "env": {"id": env_id}, "algo": {"name": algo}})
     threshold = gym.spec(env_id).reward_threshold

@@ -154,6 +154,22 @@ class LatentModel(nn.Module):
 # ---------------------------------------------------------------- acting with a latent model (DreamerV3, PlaNet)
 
 
+IMAGE_SIDE = 64  # DreamerV3 (every env's `size`) and PlaNet observe 64 x 64 images
+
+
+def env_defaults(observation_space, env_id: str) -> dict:
+    """The env section DreamerV3 and PlaNet take for an id without a preset: one env, observations as they come (the
+    world model symlogs vectors), and images of another size resized to 64 x 64 (`env.img_size`) where the id's
+    family has no frame size of its own."""
+    from rlfoundry.envs import frame_options, is_image_space
+
+    env = {"num_envs": 1, "vectorization": "sync", "normalize_obs": False, "normalize_reward": False}
+    if is_image_space(observation_space) and frame_options(env_id) is None \
+            and observation_space.shape[1:] != (IMAGE_SIDE, IMAGE_SIDE):
+        env["img_size"] = IMAGE_SIDE
+    return env
+
+
 def check_observations(spec, cnn: str, algo: str, name: str) -> None:
     """ConfigError unless the env's observations go through the model: vectors (a 1-D Box) or uint8 images the `cnn`
     networks take. `algo` and `name` (e.g. 'dreamer', 'DreamerV3') name the agent in the message."""
