@@ -286,6 +286,19 @@ def test_generic_id_without_reward_threshold_has_no_solved():
     assert cfg.solved is None and cfg.threshold is None
 
 
+def test_an_algorithm_without_a_variant_in_the_preset_takes_its_generic_defaults():
+    """`ID:ALGO` works for every id, as for ids without a preset: Pendulum's preset has no DQN, CartPole's no vector
+    DreamerV3. The preset still gives the task's threshold."""
+    cfg = load_config("CartPole-v1:dreamer")
+    generic = load_config("Acrobot-v1:dreamer")
+    assert cfg.variant == "dreamer" and cfg.algo.name == "dreamer"
+    assert cfg.env.num_envs == generic.env.num_envs == 1 and cfg.env.normalize_obs is False
+    assert cfg.solved == load_config("CartPole-v1:ppo").solved
+    assert load_config("Pendulum-v1:dqn").solved.source.startswith("Tianshou")  # the preset's, not Gymnasium's None
+    with pytest.raises(ConfigError, match="did you mean 'dreamer-pixels'"):
+        load_config("CartPole-v1:dreamer-pixel")  # not an algorithm: a misspelt variant
+
+
 # ---------------------------------------------------------------- errors
 
 

@@ -241,10 +241,16 @@ def split_spec(spec: str) -> tuple[str, str]:
 def spec_layers(spec: str, env_section: dict[str, Any] | None = None) -> dict[str, Any]:
     env_id, variant = split_spec(spec)
     presets = load_presets()
-    if env_id in presets:
-        return preset_layers(presets[env_id], variant)
+    preset = presets.get(env_id)
+    if preset is not None and (variant in preset.variants or variant not in ALGO_CONFIGS):
+        return preset_layers(preset, variant)
     check_env_id(env_id)
-    return generic_layers(env_id, variant, env_section)
+    layers = generic_layers(env_id, variant, env_section)
+    if preset is not None and "solved" in preset.data:
+        # an algorithm the preset has no variant for (Hopper-v5:dreamer) takes its generic defaults, with the task's
+        # threshold from the preset
+        layers["solved"] = preset.data["solved"]
+    return layers
 
 
 def is_experiment_file(spec: str) -> bool:
