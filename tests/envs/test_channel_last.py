@@ -105,6 +105,7 @@ def test_the_latent_models_resize_an_image_id_without_a_preset_to_64():
         assert cfg.env.img_size == 64, algo
         assert load_config(f"{ID}:{algo}", ["env.img_size=null"]).env.img_size is None  # the user's word wins
     assert load_config(f"{ID}:ppo").env.img_size is None  # other algorithms see the frames as they come
+    assert load_config(f"{ID}:sac").algo.buffer_size == 100_000  # a replay of frames that fits a machine
     assert load_config("Acrobot-v1:dreamer").env.img_size is None  # vectors
     rendered = load_config("Acrobot-v1:dreamer", ["env.pixels.enabled=true", "env.pixels.img_size=96"])
     assert rendered.env.img_size is None and rendered.env.pixels.img_size == 96  # the size the user rendered at

@@ -89,8 +89,11 @@ class SACConfig(StrictModel):
 
     @staticmethod
     def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
-        return {"env": {"num_envs": 1}, "network": {"hidden_sizes": [256, 256], "activation": "relu", "ortho_init": False},
-                "train": {"total_timesteps": 1_000_000}}
+        layers = {"env": {"num_envs": 1}, "train": {"total_timesteps": 1_000_000},
+                  "network": {"hidden_sizes": [256, 256], "activation": "relu", "ortho_init": False}}
+        if len(observation_space.shape) == 3:  # images: a replay of 100k, as DrQ keeps (denisyarats/drq config.yaml;
+            layers["algo"] = {"buffer_size": 100_000}  # SAC from pixels); a million 96 x 96 RGB frames are 25.7 GiB
+        return layers
 
 
 # ---------------------------------------------------------------- the losses: `probs` [N, A] (discrete actions)
