@@ -92,7 +92,7 @@ def test_img_size_resizes_the_images_for_the_agent():
 
 @pytest.mark.parametrize(("env_id", "message"), [
     ("CartPole-v1", "resizes image observations, and CartPole-v1 gives Box"),
-    ("MiniGrid-Empty-5x5-v0", "has frame options of its own (env.minigrid.view)"),
+    ("ALE/Pong-v5", "ALE/Pong-v5's frame size is env.atari.img_size; set it there"),
 ])
 def test_img_size_is_refused_where_it_cannot_apply(env_id, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -109,3 +109,8 @@ def test_the_latent_models_resize_an_image_id_without_a_preset_to_64():
     assert load_config("Acrobot-v1:dreamer").env.img_size is None  # vectors
     rendered = load_config("Acrobot-v1:dreamer", ["env.pixels.enabled=true", "env.pixels.img_size=96"])
     assert rendered.env.img_size is None and rendered.env.pixels.img_size == 96  # the size the user rendered at
+
+
+def test_img_size_resizes_minigrid_views_which_have_no_size_option():
+    cfg = EnvConfig(id="MiniGrid-Empty-5x5-v0", minigrid={"view": "rgb_partial"}, img_size=64)
+    assert probe_spaces(cfg.id, {}, cfg)[0].shape == (3, 64, 64)  # from 7 tiles of 8 pixels: 56 x 56

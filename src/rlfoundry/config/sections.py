@@ -184,8 +184,8 @@ class EnvConfig(StrictModel):
         "DeepMind Control practice: 8 for cartpole, 2 for walker and cheetah. ALE ids use env.atari.frame_skip.")
     img_size: int | tuple[int, int] | None = Field(
         None, description="Resize image observations (uint8, channel-first) to a side or [height, width] with OpenCV's "
-        "INTER_AREA, for ids outside the families with frame options of their own (env.atari, env.minigrid, "
-        "env.dm_control, env.vizdoom, env.retro). null: as the env gives them. DreamerV3's and PlaNet's defaults "
+        "INTER_AREA, for ids outside the families with a frame size of their own (env.atari, env.dm_control, "
+        "env.vizdoom, env.retro). null: as the env gives them. DreamerV3's and PlaNet's defaults "
         "for an image id without a preset: 64, as their reference code resizes every image.")
     pixels: PixelsConfig = Field(default_factory=PixelsConfig, description="Observe rendered frames (ids that render "
                                  "rgb_array, outside the families below).")

@@ -157,6 +157,17 @@ def frame_options(env_id: str) -> str | None:
     return None if family is None else prefixes.get(family.prefix)
 
 
+def size_option(env_id: str) -> str | None:
+    """The option that sets an id's frame size where its family has one (ALE, DeepMind Control, ViZDoom, Retro), or
+    None: `env.img_size` resizes the images of every other id."""
+    family = family_of(env_id)
+    if atari.is_atari(env_id) or (family is not None and family.prefix in ("dm_control/", "Vizdoom", "retro/")):
+        section = "atari" if atari.is_atari(env_id) else {"dm_control/": "dm_control", "Vizdoom": "vizdoom",
+                                                          "retro/": "retro"}[family.prefix]
+        return f"env.{section}.img_size"
+    return None
+
+
 def check_pixels(env_cfg) -> None:
     """`env.pixels` is for ids that render rgb_array outside the families with frames of their own."""
     if not env_cfg.pixels.enabled:
@@ -226,10 +237,9 @@ def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
                 f"bounds to rescale from (entries {unbounded}); allowed: true (running statistics) or false")
     check_pixels(env_cfg)
     if env_cfg.img_size is not None:
-        own = frame_options(env_cfg.id)
+        own = size_option(env_cfg.id)
         if own is not None:
-            raise ConfigError(f"env.img_size = {env_cfg.img_size}: {env_cfg.id} has frame options of its own ({own}); "
-                              "set the size there")
+            raise ConfigError(f"env.img_size = {env_cfg.img_size}: {env_cfg.id}'s frame size is {own}; set it there")
         if not is_image_space(observation_space):
             raise ConfigError(f"env.img_size = {env_cfg.img_size}: resizes image observations, and {env_cfg.id} "
                               f"gives {observation_space}; remove it")

@@ -160,11 +160,11 @@ IMAGE_SIDE = 64  # DreamerV3 (every env's `size`) and PlaNet observe 64 x 64 ima
 def env_defaults(observation_space, env_id: str) -> dict:
     """The env section DreamerV3 and PlaNet take for an id without a preset: one env, observations as they come (the
     world model symlogs vectors), and images of another size resized to 64 x 64 (`env.img_size`) where the id's
-    family has no frame size of its own."""
-    from rlfoundry.envs import frame_options, is_image_space
+    family has no frame size option of its own."""
+    from rlfoundry.envs import is_image_space, size_option
 
     env = {"num_envs": 1, "vectorization": "sync", "normalize_obs": False, "normalize_reward": False}
-    if is_image_space(observation_space) and frame_options(env_id) is None \
+    if is_image_space(observation_space) and size_option(env_id) is None \
             and observation_space.shape[1:] != (IMAGE_SIDE, IMAGE_SIDE):
         env["img_size"] = IMAGE_SIDE
     return env
@@ -175,8 +175,11 @@ def check_observations(spec, cnn: str, algo: str, name: str) -> None:
     networks take. `algo` and `name` (e.g. 'dreamer', 'DreamerV3') name the agent in the message."""
     problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape, cnn)
     if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
-        hint = ("; images of another size can be resized by a Gymnasium wrapper, e.g. env.wrappers="
-                "[{id: ResizeObservation, kwargs: {shape: [64, 64]}}]") if len(spec.obs_shape) == 3 else ""
+        from rlfoundry.envs import size_option
+
+        own = size_option(spec.id)
+        hint = "" if len(spec.obs_shape) != 3 else \
+            f"; set their size with {own}" if own is not None else f"; resize them with env.img_size={IMAGE_SIDE}"
         raise ConfigError(f"algo.name = '{algo}': {spec.id} gives {spec.observation_space} observations; {name} "
                           f"takes vectors (a 1-D Box) or uint8 {problem or 'images'}{hint}")
 
