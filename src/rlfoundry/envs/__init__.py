@@ -29,7 +29,8 @@ from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
 from rlfoundry.envs.toys import register_toys
 from rlfoundry.envs.wrappers import (
-    ActionRepeat, FiniteCheck, MaskObservation, RenderedFrames, images_channel_first, mask_obs_space, resized_images,
+    ActionRepeat, FiniteCheck, MaskObservation, RenderedFrames, images_channel_first, is_image_space, mask_obs_space,
+    resized_images,
 )
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
@@ -145,36 +146,33 @@ def check_renders(env_id: str, purpose: str = "cannot record a video") -> None:
                           "not 'rgb_array'")
 
 
-def frame_options(env_id: str) -> str | None:
-    """The config section with the frame options of an id's family (ALE, MiniGrid, DeepMind Control, ViZDoom, Retro),
-    or None."""
+def frame_family(env_id: str) -> str | None:
+    """The config section of an id's family with frame options of its own (atari, minigrid, dm_control, vizdoom,
+    retro), or None."""
     if atari.is_atari(env_id):
-        return "env.atari"
+        return "atari"
     if is_minigrid(env_id):
-        return "env.minigrid.view"
+        return "minigrid"
     family = family_of(env_id)
-    prefixes = {"dm_control/": "env.dm_control.pixels", "Vizdoom": "env.vizdoom", "retro/": "env.retro"}
-    return None if family is None else prefixes.get(family.prefix)
+    return None if family is None else {"dm_control/": "dm_control", "Vizdoom": "vizdoom", "retro/": "retro"}.get(
+        family.prefix)
 
 
 def size_option(env_id: str) -> str | None:
-    """The option that sets an id's frame size where its family has one (ALE, DeepMind Control, ViZDoom, Retro), or
-    None: `env.img_size` resizes the images of every other id."""
-    family = family_of(env_id)
-    if atari.is_atari(env_id) or (family is not None and family.prefix in ("dm_control/", "Vizdoom", "retro/")):
-        section = "atari" if atari.is_atari(env_id) else {"dm_control/": "dm_control", "Vizdoom": "vizdoom",
-                                                          "retro/": "retro"}[family.prefix]
-        return f"env.{section}.img_size"
-    return None
+    """The option that sets an id's frame size where its family has one (all but MiniGrid, whose views have none),
+    or None: `env.img_size` resizes the images of every other id."""
+    section = frame_family(env_id)
+    return None if section in (None, "minigrid") else f"env.{section}.img_size"
 
 
 def check_pixels(env_cfg) -> None:
     """`env.pixels` is for ids that render rgb_array outside the families with frames of their own."""
     if not env_cfg.pixels.enabled:
         return
-    if atari.is_atari(env_cfg.id) or is_minigrid(env_cfg.id) or family_of(env_cfg.id) is not None:
-        own = frame_options(env_cfg.id)
-        why = f"has frame options of its own ({own})" if own else "runs batched, without rendering"
+    section = frame_family(env_cfg.id)
+    if section is not None or family_of(env_cfg.id) is not None:
+        own = {"minigrid": "minigrid.view", "dm_control": "dm_control.pixels"}.get(section, section)
+        why = f"has frame options of its own (env.{own})" if own else "runs batched, without rendering"
         raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} {why}")
     if env_cfg.mask_obs:
         raise ConfigError(f"env.mask_obs = {env_cfg.mask_obs}: hides entries of vector observations, and "
@@ -197,11 +195,6 @@ def frame_stack(env_cfg) -> int:
     if family is not None and family.prefix in ("Vizdoom", "retro/"):
         return getattr(env_cfg, "vizdoom" if family.prefix == "Vizdoom" else "retro").frame_stack
     return 1
-
-
-def is_image_space(space: spaces.Space) -> bool:
-    """uint8 [C, H, W] images: they stay uint8 until the network's encoder scales them."""
-    return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 
 
 def check_spaces(env_id: str, observation_space: spaces.Space, action_space: spaces.Space) -> None:

@@ -108,9 +108,7 @@ class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return cls(make_env(), height, width)
 
     def frame(self) -> np.ndarray:
-        frame = np.asarray(self.env.render())
-        if frame.shape[:2] != (self.height, self.width):
-            frame = cv2.resize(frame, (self.width, self.height), interpolation=cv2.INTER_AREA)
+        frame = resize_frame(np.asarray(self.env.render()), self.height, self.width)
         return np.ascontiguousarray(frame[..., :3].transpose(2, 0, 1), dtype=np.uint8)
 
     def reset(self, *, seed=None, options=None):
@@ -125,13 +123,26 @@ class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
 IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB, RGBA
 
 
+def is_image_space(space: spaces.Space) -> bool:
+    """uint8 [C, H, W] images: they stay uint8 until the network's encoder scales them."""
+    return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
 def is_channel_last(space: spaces.Space) -> bool:
     """uint8 images [H, W, C] with C grey, RGB or RGBA and both sides larger than C. Channel-first ones ([3, 64, 64],
     stacks [4, 84, 84], MiniGrid's [3, 7, 7]) end in a side, never in a channel count below both other sides."""
-    if not (isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3):
+    if not is_image_space(space):
         return False
     height, width, channels = space.shape
     return channels in IMAGE_CHANNELS and min(height, width) > channels
+
+
+def resize_frame(frame: np.ndarray, height: int, width: int) -> np.ndarray:
+    """An [H, W, C] frame resized with OpenCV's INTER_AREA, its channel axis kept (OpenCV drops a single one)."""
+    if frame.shape[:2] == (height, width):
+        return frame
+    resized = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+    return resized[..., None] if resized.ndim == 2 else resized
 
 
 def images_channel_first(make_env) -> gym.Env:
@@ -150,16 +161,11 @@ def resized_images(make_env, height: int, width: int) -> gym.Env:
     OpenCV's INTER_AREA (`env.img_size`); any other env, or images of that size already, as they are."""
     env = make_env()
     space = env.observation_space
-    if not (isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3) \
-            or space.shape[1:] == (height, width):
+    if not is_image_space(space) or space.shape[1:] == (height, width):
         return env
     box = spaces.Box(0, 255, (space.shape[0], height, width), np.uint8)
-
-    def resize(obs: np.ndarray) -> np.ndarray:
-        frame = cv2.resize(obs.transpose(1, 2, 0), (width, height), interpolation=cv2.INTER_AREA)
-        return (frame[..., None] if frame.ndim == 2 else frame).transpose(2, 0, 1)  # OpenCV drops a single channel
-
-    return gym.wrappers.TransformObservation(env, resize, box)
+    return gym.wrappers.TransformObservation(
+        env, lambda obs: resize_frame(obs.transpose(1, 2, 0), height, width).transpose(2, 0, 1), box)
 
 
 class MaskObservation(VectorObservationWrapper):

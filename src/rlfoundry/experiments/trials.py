@@ -134,9 +134,9 @@ def _log(trial: Trial, logs: Path) -> Path:
 def _result(trial: Trial, logs: Path) -> RunResult:
     """The trial's run; one that left no run directory (its spec was bad input for the env: the trainer writes
     nothing then) gives the error from its console output."""
-    result = read_run(trial.run_dir, trial.spec, trial.seed)
-    if result.status == "missing" and not trial.run_dir.exists() and _log(trial, logs).is_file():
-        result.error = processes.error_line(_log(trial, logs))
+    result, log = read_run(trial.run_dir, trial.spec, trial.seed), _log(trial, logs)
+    if result.status == "missing" and not trial.run_dir.exists() and log.is_file():
+        result.error = processes.error_line(log)
     return result
 
 
