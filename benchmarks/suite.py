@@ -28,6 +28,7 @@ import yaml
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.experiments import stats
 from rlfoundry.experiments.results import read_run
+from rlfoundry.experiments.processes import sigterm_interrupts
 from rlfoundry.experiments.trials import plan, run_trials
 from rlfoundry.run.hardware import detect, machine
 from rlfoundry.run.rundir import run_status, versions
@@ -227,7 +228,12 @@ def main() -> int:
     restore(kept, args.out)
     if not args.report_only:
         print(machine(), flush=True)
-        run_trials(chosen, seeds, overrides, args.out, args.workers, show)
+        try:
+            with sigterm_interrupts():
+                run_trials(chosen, seeds, overrides, args.out, args.workers, show)
+        except KeyboardInterrupt:
+            print("\nstopped; the runs saved checkpoints: run the same command to continue", flush=True)
+            return 130
         print()
     keep(args.out, kept, [trial.run_dir for trial in plan(chosen, seeds, overrides, args.out)])
     write_table(suite, args.suite.resolve(), args.out, args.table, seeds)

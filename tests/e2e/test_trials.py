@@ -101,6 +101,22 @@ def test_a_killed_set_continues_and_keeps_finished_runs(tmp_path):
     assert [row["status"] for row in rows] == ["finished"] * 3
 
 
+def test_sigterm_ends_the_set_after_its_runs_checkpointed(tmp_path):
+    """As Ctrl-C does: a scheduler's or `timeout`'s SIGTERM returns only once the runs under way have stopped."""
+    out = tmp_path / "set"
+    first = cli("trials", "CartPole-v1:ppo", "--seeds", "1", "--workers", "1", "--out", str(out), *SMALL,
+                "train.total_timesteps=200000", "checkpoint.every_steps=2048", cwd=tmp_path)
+    run = out / "CartPole-v1_ppo" / "s1"
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoints" / "last.json").exists():
+        assert first.poll() is None and time.monotonic() < deadline, output_of(first)
+        time.sleep(0.2)
+    first.send_signal(signal.SIGTERM)
+    code, text = finish(first, timeout=90)
+    assert code == 130 and f"--out {out}" in text, text
+    assert status(run) == "stopped"  # already: the command waited for its run
+
+
 def test_train_with_a_seed_list_runs_trials(tmp_path):
     code, text = finish(cli("train", "CartPole-v1:ppo", "--seed", "3,5", *SMALL, "train.total_timesteps=2048",
                             cwd=tmp_path))

@@ -44,10 +44,13 @@ def warn(message: str) -> None:
 
 @contextlib.contextmanager
 def running_many(bar, out_dir: Path) -> Iterator[None]:
-    """How a command that runs many runs (`trials`, `sweep`) ends: bad input exits 2; Ctrl-C, after the runs saved
-    their checkpoints, says how to continue and exits 130; the progress bar stops either way."""
+    """How a command that runs many runs (`trials`, `sweep`) ends: bad input exits 2; Ctrl-C or SIGTERM, after the
+    runs saved their checkpoints, says how to continue and exits 130; the progress bar stops either way."""
+    from rlfoundry.experiments.processes import sigterm_interrupts
+
     try:
-        yield
+        with sigterm_interrupts():
+            yield
     except ConfigError as exc:
         bar.stop()
         fail(str(exc))

@@ -56,6 +56,21 @@ def locked(folder: Path, command: str) -> Iterator[None]:
         handle.close()
 
 
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside, SIGTERM (a scheduler's, `timeout`'s, `kill`'s) interrupts the command as Ctrl-C does: its run loop's
+    `finally` asks the runs to checkpoint and waits for them, so the command ends after its runs have stopped rather
+    than leaving them to finish on their own. For a command's main thread; the handler before is restored after."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class Handle(Protocol):
     """A started run as the run loops see it: the part of subprocess.Popen's interface they use (a Popen, a
     ForkedRun, or a run on a Ray cluster)."""
