@@ -113,3 +113,8 @@ def test_an_ale_id_without_a_preset_gets_the_reference_atari_100k_env():
     assert (atari.grayscale, atari.frame_stack, atari.frame_skip, atari.repeat_action_probability) == (False, 1, 4, 0.0)
     assert not atari.reward_clipping and not atari.episodic_life
     assert (cfg.algo.train_ratio, cfg.train.total_timesteps) == (256, 110_000)
+
+
+@pytest.mark.parametrize("spec", ["ALE/Boxing-v5:dreamer", "ALE/Breakout-v5:dreamer", "ALE/Pong-v5:dreamer"])
+def test_dreamer_on_atari_steps_the_single_backend_whose_emulators_resume_exactly(spec):
+    assert load_config(spec).env.atari.backend == "single"

@@ -117,12 +117,14 @@ class DreamerConfig(StrictModel):
         """An id without a preset: `latent.env_defaults` (one env; images at 64 x 64). ALE ids get
         the reference's Atari 100k env (configs.yaml `atari100k`, `env.atari`): 64 × 64 RGB frames without
         stacking, action repeat 4, no sticky actions, up to 30 no-ops, lives not ending episodes, unclipped rewards
-        (the two-hot heads take any scale); its train_ratio 256 and 110k steps."""
+        (the two-hot heads take any scale); its train_ratio 256 and 110k steps. The single backend: the run checkpoints
+        between env steps, and only its emulators are captured for an exact resume (beside the updates its stepping
+        costs nothing: 0.40 against 0.38 ms a step on one env)."""
         env: dict[str, Any] = env_defaults(observation_space, env_id)
         layers: dict[str, Any] = {"env": env, "train": {"total_timesteps": 100_000}}
         if env_id.startswith("ALE/"):
-            env.pop("vectorization")  # ALE's own vector env
-            env["atari"] = {"img_size": [64, 64], "grayscale": False, "frame_stack": 1, "frame_skip": 4,
+            env.pop("vectorization")  # env.atari.backend steps ALE ids
+            env["atari"] = {"backend": "single", "img_size": [64, 64], "grayscale": False, "frame_stack": 1, "frame_skip": 4,
                             "repeat_action_probability": 0.0, "noop_max": 30, "episodic_life": False,
                             "reward_clipping": False}
             layers.update(algo={"train_ratio": 256}, train={"total_timesteps": 110_000})
