@@ -47,7 +47,6 @@ timeout 100 python3 -m rlfoundry.cli presets --smoke Catch 2>&1 | tail -4
 timeout 150 python3 -m rlfoundry.cli presets --smoke Pong 2>&1 | tail -8
 wait $SUITE
 log suite stopped: rc $?
-for _ in $(seq 40); do pgrep -f "dreamer-pendulum.yaml --out" > /dev/null || break; sleep 1; done  # checkpointing
 tail -5 "$OUT/suite.log"
 timeout 60 python3 benchmarks/suite.py "${SUITE_ARGS[@]}" --report-only 2>&1 | tail -3
 tar czf "$OUT/dreamer.tgz" docs/BENCHMARKS-dreamer-pendulum.md $(ls -d benchmarks/results/dreamer-pendulum 2>/dev/null) \
