@@ -108,6 +108,35 @@ def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
         assert "not captured" not in log  # the envs continued, not reset
 
 
+def test_a_signal_during_an_evaluation_ends_it_and_the_resumed_run_evaluates_that_step_again(tmp_path):
+    """DreamerV3's evaluation samples from torch's global generator: the checkpoint taken when a SIGTERM cuts the
+    evaluation at step 160 short holds the random state from before it, so the resumed run repeats it exactly."""
+    spec, _, overrides, _ = CASES["dreamer"]
+    args = [spec, "--total-timesteps", "320", *COMMON, *overrides, "eval.episodes=40"]  # 4,000 steps per evaluation
+    whole = cli("train", *args, "--run-dir", str(tmp_path / "whole"), cwd=tmp_path)
+    cut = cli("train", *args, "--run-dir", str(tmp_path / "cut"), cwd=tmp_path)
+    log = tmp_path / "cut" / "run.log"
+    deadline = time.time() + 120
+    while "evaluating at step 160" not in (log.read_text() if log.exists() else ""):
+        assert cut.poll() is None and time.time() < deadline, output_of(cut)
+        time.sleep(0.05)
+    cut.send_signal(signal.SIGTERM)
+    cut.communicate(timeout=60)
+    assert "during the evaluation at step 160" in log.read_text()
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert (summary["status"], summary["total_steps"], summary["eval_return_mean"]) == ("stopped", 160, None)
+    assert last_step(tmp_path / "cut" / "metrics.csv") < 160  # the cut row waits in the checkpoint
+
+    resumed = cli("train", "--resume", str(tmp_path / "cut"), cwd=tmp_path)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert whole.wait(timeout=300) == 0, whole.communicate()[1]
+    expected, got = rows(tmp_path / "whole" / "metrics.csv"), rows(tmp_path / "cut" / "metrics.csv")
+    assert [row["global_step"] for row in got] == [row["global_step"] for row in expected]
+    assert got == expected
+    assert "eval at step 160" in log.read_text().split("resumed from")[1]
+
+
 # DeepMind Control: MuJoCo's integration state, the task's RandomState, dm_control's step counter and the action
 # repeat's position travel in the checkpoint; at action repeat 8 an episode is 125 agent steps, so episodes end and
 # restart on both sides of the kill.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from gymnasium.vector import VectorEnv
 
@@ -9,11 +11,17 @@ from rlfoundry.algos.base import Memory
 from rlfoundry.envs import env_seed
 
 
-def evaluate(agent, envs: VectorEnv, episodes: int, seed: int, deterministic: bool = True) -> tuple[list[float], list[int]]:
+class EvaluationStopped(Exception):
+    """`stop()` said so during the evaluation (a stop signal): its episodes so far are dropped."""
+
+
+def evaluate(agent, envs: VectorEnv, episodes: int, seed: int, deterministic: bool = True,
+             stop: Callable[[], bool] | None = None) -> tuple[list[float], list[int]]:
     """Run exactly `episodes` episodes, spread evenly over the sub-envs, and return their returns and lengths.
 
     Each sub-env runs a fixed quota, so short episodes are not over-represented. The envs are reset
-    with the same seed every time: successive evaluations see the same start states.
+    with the same seed every time: successive evaluations see the same start states. `stop` is asked before every
+    step; when it says so, EvaluationStopped ends the evaluation there.
     """
     num_envs = envs.num_envs
     quota = np.full(num_envs, episodes // num_envs)
@@ -24,6 +32,8 @@ def evaluate(agent, envs: VectorEnv, episodes: int, seed: int, deterministic: bo
     obs, _ = envs.reset(seed=env_seed(seed))
     memory = Memory()
     while (done_count < quota).any():
+        if stop is not None and stop():
+            raise EvaluationStopped
         obs, _, terminated, truncated, info = envs.step(agent.predict(obs, deterministic, memory))
         memory.ended(terminated | truncated)
         if "_episode" in info:

@@ -5,7 +5,9 @@
 
 It owns timing, evaluation, logging, checkpoints, the run directory's files and seeding.
 SIGINT and SIGTERM are honoured at the end of the current iteration: a checkpoint is saved and the
-run is marked `stopped` (a second Ctrl-C interrupts at once).
+run is marked `stopped` (a second Ctrl-C interrupts at once). One that comes during an evaluation (which may take
+hours: PlaNet plans every step) ends it there: the checkpoint holds the iteration's row and the random state from
+before the evaluation, and a resumed run evaluates that step again before its next iteration.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from rlfoundry.envs import state as envs_state
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import debug, distributed
 from rlfoundry.run import hardware
-from rlfoundry.run.evaluate import evaluate
+from rlfoundry.run.evaluate import EvaluationStopped, evaluate
 from rlfoundry.run.monitors import ALERTS, Monitors
 from rlfoundry.run.profiling import IterationProfiler
 from rlfoundry.run.registry import Registry, RegistryError
@@ -85,6 +87,11 @@ class RunLogHandler(logging.FileHandler):
 
 def _mean(values) -> float | None:
     return float(np.mean(values)) if len(values) else None
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    """A row for a checkpoint's JSON: NumPy scalars as Python numbers."""
+    return {key: value.item() if isinstance(value, np.generic) else value for key, value in row.items()}
 
 
 class Trainer:
@@ -336,40 +343,55 @@ class Trainer:
         if cfg.train.debug:
             checking.enter_context(torch.autograd.set_detect_anomaly(True, check_nan=True))
         try:
-            while p.global_step < total:
-                tick = time.perf_counter()
-                try:
-                    with profiler.iteration() if profiler else contextlib.nullcontext():
-                        result = agent.iterate(train_envs, p.global_step / total)
-                except FloatingPointError as exc:  # from debug mode's checks: say which iteration
-                    raise FloatingPointError(f"{exc} (in the iteration from step {p.global_step:,})") from None
-                if lockstep is not None:  # all ranks' steps and episodes, and a stop signal any of them got
-                    result, signalled = lockstep.report(result, self.stop_signal)
-                    self.stop_signal = self.stop_signal or signalled
-                iteration_time = time.perf_counter() - tick
-                p.train_time += iteration_time
-                p.global_step += result.steps
-                p.recent.extend(result.episode_returns)
-                row: dict[str, Any] = {
-                    "wall_time": time.perf_counter() - start,
-                    "sps": result.steps / iteration_time,
-                    "sps_run": p.global_step / p.train_time,
-                    "train/episode_return": _mean(result.episode_returns),
-                    "train/episode_length": _mean(result.episode_lengths),
-                    "train/episodes": len(result.episode_returns),
-                    "train/return_mean": _mean(p.recent),
-                    **result.metrics,
-                    **(checks.norms if checks is not None else {}),
-                }
+            while p.global_step < total or p.pending_row is not None:
+                if p.pending_row is not None:  # resumed where a signal cut an evaluation short: that row first
+                    row, p.pending_row = p.pending_row, None
+                else:
+                    tick = time.perf_counter()
+                    try:
+                        with profiler.iteration() if profiler else contextlib.nullcontext():
+                            result = agent.iterate(train_envs, p.global_step / total)
+                    except FloatingPointError as exc:  # from debug mode's checks: say which iteration
+                        raise FloatingPointError(f"{exc} (in the iteration from step {p.global_step:,})") from None
+                    if lockstep is not None:  # all ranks' steps and episodes, and a stop signal any of them got
+                        result, signalled = lockstep.report(result, self.stop_signal)
+                        self.stop_signal = self.stop_signal or signalled
+                    iteration_time = time.perf_counter() - tick
+                    p.train_time += iteration_time
+                    p.global_step += result.steps
+                    p.recent.extend(result.episode_returns)
+                    row = {
+                        "wall_time": time.perf_counter() - start,
+                        "sps": result.steps / iteration_time,
+                        "sps_run": p.global_step / p.train_time,
+                        "train/episode_return": _mean(result.episode_returns),
+                        "train/episode_length": _mean(result.episode_lengths),
+                        "train/episodes": len(result.episode_returns),
+                        "train/return_mean": _mean(p.recent),
+                        **result.metrics,
+                        **(checks.norms if checks is not None else {}),
+                    }
+                self._check_finite(row, p.global_step)  # a diverged model is not worth evaluating
                 finished = p.global_step >= total  # the final evaluation happens in this row
                 improved = False
                 if p.global_step >= p.next_eval or (finished and cfg.eval.at_end):
                     best_before = self.summary["best_eval_return"]
-                    row.update(self._evaluate(agent, train_envs, eval_envs, p.global_step))
+                    try:
+                        # ranks in lockstep all iterate after a resume, so under torchrun a signal waits for the end
+                        row.update(self._evaluate(agent, train_envs, eval_envs, p.global_step, lockstep is None))
+                    except EvaluationStopped:
+                        p.pending_row = _plain(row)
+                        p.wall_time = time.perf_counter() - start
+                        self.summary.update(total_steps=p.global_step, wall_time_s=p.wall_time)
+                        self._save(agent, train_envs, p, None, lockstep)
+                        self.summary["status"] = "stopped"
+                        self.log.info("stopped by %s during the evaluation at step %d; checkpoint saved (a resumed run "
+                                      "evaluates this step again)", self.stop_signal, p.global_step)
+                        saved_at = p.global_step
+                        break
                     improved = best_before is None or row["eval/return_mean"] > best_before
                     while p.next_eval <= p.global_step:
                         p.next_eval += cfg.eval.every_steps
-                self._check_finite(row, p.global_step)
                 if self.monitors is not None:
                     row[ALERTS] = self._monitor(row, p.global_step)
                 p.wall_time = time.perf_counter() - start
@@ -427,12 +449,22 @@ class Trainer:
         self.log.info("finished: %d steps in %.1f s (%.0f steps/s); eval return %s; last checkpoint at step %s",
                       p.global_step, wall, p.global_step / wall, self.summary["eval_return_mean"], saved_at)
 
-    def _evaluate(self, agent, train_envs, eval_envs, step: int) -> dict[str, float]:
+    def _evaluate(self, agent, train_envs, eval_envs, step: int, stoppable: bool) -> dict[str, float]:
+        """The evaluation's row entries. `stoppable`: a stop signal ends it (EvaluationStopped) with the global random
+        state put back as it began, so that the checkpoint taken then resumes into the same evaluation. (An agent's own
+        generator, as DQN's for ε in a stochastic evaluation, is not put back.)"""
         tick = time.perf_counter()
         envs_lib.copy_obs_stats(train_envs, eval_envs)
         cfg = self.cfg
-        returns, lengths = evaluate(agent, eval_envs, cfg.eval.episodes, cfg.train.seed + cfg.eval.seed_offset,
-                                    cfg.eval.deterministic)
+        self.log.info("evaluating at step %d: %d episodes", step, cfg.eval.episodes)
+        before = rng_state()
+        try:
+            returns, lengths = evaluate(agent, eval_envs, cfg.eval.episodes, cfg.train.seed + cfg.eval.seed_offset,
+                                        cfg.eval.deterministic,
+                                        (lambda: self.stop_signal is not None) if stoppable else None)
+        except EvaluationStopped:
+            set_rng_state(*before)
+            raise
         mean, std = float(np.mean(returns)), float(np.std(returns))
         best = self.summary["best_eval_return"]
         best = mean if best is None else max(best, mean)
@@ -548,6 +580,7 @@ class Progress:
     train_time: float
     wall_time: float
     recent: deque  # returns of the latest training episodes
+    pending_row: dict[str, Any] | None = None  # an iteration's row whose evaluation a stop signal cut short
 
     @classmethod
     def start(cls, cfg: ExperimentConfig) -> Progress:
