@@ -11,6 +11,7 @@ step it ended). This is the record of such runs. The runs are found as every met
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def table(runs: list[Path], width: int) -> list[str]:
     edges = np.arange(0, top + width, width)
     lines = ["| env steps | " + " | ".join(f"seed {i['seed']}" for i in info) + " | mean over runs |",
              "|---" * (len(runs) + 2) + "|"]
-    for low, high in zip(edges[:-1], edges[1:]):
+    for low, high in itertools.pairwise(edges):
         cells, means = [], []
         for steps, returns in data:
             inside = returns[(steps > low) & (steps <= high)]
