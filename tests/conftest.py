@@ -1,4 +1,9 @@
+import importlib.util
+from pathlib import Path
+
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 # Columns that hold measured times; everything else in metrics.csv must repeat exactly under one seed.
 TIMING = ("wall_time", "sps", "sps_run")
@@ -11,6 +16,14 @@ def output_of(process) -> str:
         process.kill()
     out, err = process.communicate(timeout=60)
     return (out or "") + (err or "")
+
+
+def benchmark_script(name: str):
+    """benchmarks/NAME.py as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def is_timing(column: str) -> bool:

@@ -3,20 +3,16 @@ before the `measured` column reads as measured on its header's date and machine.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import yaml
 
-SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite.py"
+from tests.conftest import benchmark_script
 
 
 def suite_module():
-    spec = importlib.util.spec_from_file_location("benchmark_suite", SUITE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("suite")
 
 
 OLD = """# Benchmarks

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "episode_curve.py"
+from tests.conftest import benchmark_script
 
 
 def curve_module():
-    spec = importlib.util.spec_from_file_location("episode_curve", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("episode_curve")
 
 
 def fake_run(folder: Path, seed: int, episodes: list[tuple[int, float]]) -> Path:
