@@ -347,30 +347,7 @@ class Trainer:
                 if p.pending_row is not None:  # resumed where a signal cut an evaluation short: that row first
                     row, p.pending_row = p.pending_row, None
                 else:
-                    tick = time.perf_counter()
-                    try:
-                        with profiler.iteration() if profiler else contextlib.nullcontext():
-                            result = agent.iterate(train_envs, p.global_step / total)
-                    except FloatingPointError as exc:  # from debug mode's checks: say which iteration
-                        raise FloatingPointError(f"{exc} (in the iteration from step {p.global_step:,})") from None
-                    if lockstep is not None:  # all ranks' steps and episodes, and a stop signal any of them got
-                        result, signalled = lockstep.report(result, self.stop_signal)
-                        self.stop_signal = self.stop_signal or signalled
-                    iteration_time = time.perf_counter() - tick
-                    p.train_time += iteration_time
-                    p.global_step += result.steps
-                    p.recent.extend(result.episode_returns)
-                    row = {
-                        "wall_time": time.perf_counter() - start,
-                        "sps": result.steps / iteration_time,
-                        "sps_run": p.global_step / p.train_time,
-                        "train/episode_return": _mean(result.episode_returns),
-                        "train/episode_length": _mean(result.episode_lengths),
-                        "train/episodes": len(result.episode_returns),
-                        "train/return_mean": _mean(p.recent),
-                        **result.metrics,
-                        **(checks.norms if checks is not None else {}),
-                    }
+                    row = self._iterate(agent, train_envs, p, start, profiler, lockstep, checks)
                 self._check_finite(row, p.global_step)  # a diverged model is not worth evaluating
                 finished = p.global_step >= total  # the final evaluation happens in this row
                 improved = False
@@ -448,6 +425,34 @@ class Trainer:
         self.summary["status"] = "finished"
         self.log.info("finished: %d steps in %.1f s (%.0f steps/s); eval return %s; last checkpoint at step %s",
                       p.global_step, wall, p.global_step / wall, self.summary["eval_return_mean"], saved_at)
+
+    def _iterate(self, agent, train_envs, p: Progress, start: float, profiler, lockstep, checks) -> dict[str, Any]:
+        """One iteration of the agent, counted in `p`; its row of metrics (the evaluation's come after)."""
+        total = self.cfg.train.total_timesteps
+        tick = time.perf_counter()
+        try:
+            with profiler.iteration() if profiler else contextlib.nullcontext():
+                result = agent.iterate(train_envs, p.global_step / total)
+        except FloatingPointError as exc:  # from debug mode's checks: say which iteration
+            raise FloatingPointError(f"{exc} (in the iteration from step {p.global_step:,})") from None
+        if lockstep is not None:  # all ranks' steps and episodes, and a stop signal any of them got
+            result, signalled = lockstep.report(result, self.stop_signal)
+            self.stop_signal = self.stop_signal or signalled
+        iteration_time = time.perf_counter() - tick
+        p.train_time += iteration_time
+        p.global_step += result.steps
+        p.recent.extend(result.episode_returns)
+        return {
+            "wall_time": time.perf_counter() - start,
+            "sps": result.steps / iteration_time,
+            "sps_run": p.global_step / p.train_time,
+            "train/episode_return": _mean(result.episode_returns),
+            "train/episode_length": _mean(result.episode_lengths),
+            "train/episodes": len(result.episode_returns),
+            "train/return_mean": _mean(p.recent),
+            **result.metrics,
+            **(checks.norms if checks is not None else {}),
+        }
 
     def _evaluate(self, agent, train_envs, eval_envs, step: int, stoppable: bool) -> dict[str, float]:
         """The evaluation's row entries. `stoppable`: a stop signal ends it (EvaluationStopped) with the global random
