@@ -14,6 +14,7 @@ import argparse
 import itertools
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import yaml
@@ -21,17 +22,17 @@ import yaml
 from rlfoundry.run.report import read_metrics
 
 
-def episodes(run: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(env step at the episode's end, its return) of every training episode the run logged."""
-    metrics = read_metrics(run / "metrics.csv")
-    steps = metrics.get("global_step", np.zeros(0))
-    returns = metrics.get("train/episode_return", np.full(len(steps), np.nan))
-    keep = np.isfinite(steps) & np.isfinite(returns)
-    return steps[keep], returns[keep]
+class Run(NamedTuple):
+    """A run directory read once: every training episode (env step at its end, return) and what the table says of
+    the run (spec, seed, last step, updates, wall time, device and machine)."""
+
+    name: str
+    steps: np.ndarray
+    returns: np.ndarray
+    info: dict
 
 
-def describe(run: Path) -> dict:
-    """What the table says of a run: its spec, seed, last step, updates, wall time and the machine it ran on."""
+def load(run: Path) -> Run:
     config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
     metrics = read_metrics(run / "metrics.csv")
 
@@ -40,26 +41,28 @@ def describe(run: Path) -> dict:
         column = column[np.isfinite(column)]
         return float(column[-1]) if len(column) else float("nan")
 
+    steps = metrics.get("global_step", np.zeros(0))
+    returns = metrics.get("train/episode_return", np.full(len(steps), np.nan))
+    keep = np.isfinite(steps) & np.isfinite(returns)
     provenance = config.get("provenance") or {}
-    return {"env": config.get("env", {}).get("id", "?"), "variant": config.get("variant") or "?",
-            "seed": config.get("train", {}).get("seed", "?"), "steps": last("global_step"), "updates": last("diag/updates"),
-            "wall": last("wall_time"), "hardware": provenance.get("hardware", "?"),
+    info = {"env": config.get("env", {}).get("id", "?"), "variant": config.get("variant") or "?",
+            "seed": config.get("train", {}).get("seed", "?"), "steps": last("global_step"),
+            "updates": last("diag/updates"), "wall": last("wall_time"), "hardware": provenance.get("hardware", "?"),
             "device": provenance.get("device", "?")}
+    return Run(run.name, steps[keep], returns[keep], info)
 
 
-def table(runs: list[Path], width: int) -> list[str]:
+def table(runs: list[Run], width: int) -> list[str]:
     """The markdown lines: one row per bin of `width` env steps, the mean return of the episodes that ended in it
     for each run (with their count), and the mean over the runs that have episodes there."""
-    data = [episodes(run) for run in runs]
-    info = [describe(run) for run in runs]
-    top = max((steps.max() for steps, _ in data if len(steps)), default=0.0)
+    top = max((run.steps.max() for run in runs if len(run.steps)), default=0.0)
     edges = np.arange(0, top + width, width)
-    lines = ["| env steps | " + " | ".join(f"seed {i['seed']}" for i in info) + " | mean over runs |",
+    lines = ["| env steps | " + " | ".join(f"seed {run.info['seed']}" for run in runs) + " | mean over runs |",
              "|---" * (len(runs) + 2) + "|"]
     for low, high in itertools.pairwise(edges):
         cells, means = [], []
-        for steps, returns in data:
-            inside = returns[(steps > low) & (steps <= high)]
+        for run in runs:
+            inside = run.returns[(run.steps > low) & (run.steps <= high)]
             if len(inside):
                 means.append(inside.mean())
                 cells.append(f"{inside.mean():.1f} ({len(inside)})")
@@ -69,22 +72,21 @@ def table(runs: list[Path], width: int) -> list[str]:
         lines.append(f"| {low:,.0f}–{high:,.0f} | " + " | ".join(cells) + f" | {overall} |")
     lines += ["", "Each cell: the mean training-episode return of the episodes that ended in the bin (their count).",
               "", "| run | env steps | updates | wall time (s) | device | machine |", "|---|---:|---:|---:|---|---|"]
-    for run, i in zip(runs, info):
+    for i in (run.info for run in runs):
         lines.append(f"| {i['env']}:{i['variant']} seed {i['seed']} | {i['steps']:,.0f} | {i['updates']:,.0f} | "
                      f"{i['wall']:,.0f} | {i['device']} | {i['hardware']} |")
     return lines
 
 
-def write_episodes(runs: list[Path], path: Path) -> None:
+def write_episodes(runs: list[Run], path: Path) -> None:
     """Every training episode of every run, one line each: run, seed, env step at its end, return."""
     lines = ["run,seed,global_step,episode_return"]
     for run in runs:
-        seed = describe(run)["seed"]
-        lines += [f"{run.name},{seed},{step:.0f},{value:g}" for step, value in zip(*episodes(run))]
+        lines += [f"{run.name},{run.info['seed']},{step:.0f},{value:g}" for step, value in zip(run.steps, run.returns)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def plot(runs: list[Path], path: Path) -> None:
+def plot(runs: list[Run], path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -92,8 +94,7 @@ def plot(runs: list[Path], path: Path) -> None:
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     for run in runs:
-        steps, returns = episodes(run)
-        ax.plot(steps, returns, marker=".", linewidth=0.8, label=f"seed {describe(run)['seed']}")
+        ax.plot(run.steps, run.returns, marker=".", linewidth=0.8, label=f"seed {run.info['seed']}")
     ax.set_xlabel("env steps")
     ax.set_ylabel("training episode return")
     ax.legend()
@@ -108,15 +109,16 @@ def main() -> int:
     parser.add_argument("--png", type=Path, help="also plot every run's episodes here")
     parser.add_argument("--csv", type=Path, help="also write every run's episodes here")
     args = parser.parse_args()
-    runs = sorted({path.parent for folder in args.dirs for path in folder.rglob("metrics.csv")
-                   if (path.parent / "config.yaml").is_file() and "checkpoints" not in path.parts})
-    if not runs:
+    found = sorted({path.parent for folder in args.dirs for path in folder.rglob("metrics.csv")
+                    if (path.parent / "config.yaml").is_file() and "checkpoints" not in path.parts})
+    if not found:
         print(f"no run directories (metrics.csv beside config.yaml) under {', '.join(map(str, args.dirs))}",
               file=sys.stderr)
         return 2
     if args.bin < 1:
         print("--bin must be a positive number of env steps", file=sys.stderr)
         return 2
+    runs = [load(run) for run in found]
     report = "\n".join(table(runs, args.bin))
     print(report)
     if args.out:

@@ -25,8 +25,8 @@ def fake_run(folder: Path, seed: int, episodes: list[tuple[int, float]]) -> Path
 
 def test_episodes_are_binned_per_run_and_averaged_over_the_runs(tmp_path):
     module = curve_module()
-    runs = [fake_run(tmp_path / "s1", 1, [(300, 1.0), (900, 3.0), (1500, 4.0)]),
-            fake_run(tmp_path / "s2", 2, [(1000, 2.0), (1100, 6.0)])]
+    runs = [module.load(fake_run(tmp_path / "s1", 1, [(300, 1.0), (900, 3.0), (1500, 4.0)])),
+            module.load(fake_run(tmp_path / "s2", 2, [(1000, 2.0), (1100, 6.0)]))]
     lines = module.table(runs, 1000)
     assert lines[2] == "| 0–1,000 | 2.0 (2) | 2.0 (1) | 2.0 |"  # an episode ending at 1,000 belongs to the first bin
     assert lines[3] == "| 1,000–2,000 | 4.0 (1) | 6.0 (1) | 5.0 |"

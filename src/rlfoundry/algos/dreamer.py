@@ -124,8 +124,8 @@ class DreamerConfig(StrictModel):
         layers: dict[str, Any] = {"env": env, "train": {"total_timesteps": 100_000}}
         if env_id.startswith("ALE/"):
             env.pop("vectorization")  # env.atari.backend steps ALE ids
-            env["atari"] = {"backend": "single", "img_size": [64, 64], "grayscale": False, "frame_stack": 1, "frame_skip": 4,
-                            "repeat_action_probability": 0.0, "noop_max": 30, "episodic_life": False,
+            env["atari"] = {"backend": "single", "img_size": [64, 64], "grayscale": False, "frame_stack": 1,
+                            "frame_skip": 4, "repeat_action_probability": 0.0, "noop_max": 30, "episodic_life": False,
                             "reward_clipping": False}
             layers.update(algo={"train_ratio": 256}, train={"total_timesteps": 110_000})
         return layers
