@@ -19,6 +19,11 @@ from tests.e2e.test_sweep import SMALL, cli, digest, finish, rows, summary, tria
 
 pytestmark = pytest.mark.xdist_group("processes")
 
+# A slow simulator's stand-in (tests/e2e/slow_steps.py): runs outlast the time a scheduler's decision takes to reach
+# them on any machine, without computing more; short episodes keep the evaluations of good settings short.
+SLOW = ["env.max_episode_steps=200", "env.vectorization=sync",
+        "env.wrappers=[{id: 'tests.e2e.slow_steps:Sleep', kwargs: {seconds: 0.001}}]"]
+
 
 def wait_for(condition, process, seconds: float = 180) -> None:
     deadline = time.monotonic() + seconds
@@ -60,10 +65,14 @@ def test_trials_on_ray_write_the_report_and_continue_after_kill_9(tmp_path):
     assert sorted(r.seed for r in Registry(tmp_path / "runs").query({"group": "set"})) == [1, 2]
 
 
-def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_run(tmp_path):
+def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_run(tmp_path, monkeypatch):
+    # ASHA's stop reaches the pruned trial's run some time after its evaluation at step 2,048: a second or more on a
+    # busy 2-core machine, in which a CartPole run on a Zen 5 would do its remaining 6,144 steps. SLOW makes them last
+    # over six seconds on any machine.
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     out = tmp_path / "grid"
     sweep = write_sweep(tmp_path, "[1.0e-12, 3.0e-3, 2.0e-3]", "seed: 3", "pruner: asha",
-                        overrides=[*SMALL, "train.total_timesteps=12288"])
+                        overrides=[*SMALL, "train.total_timesteps=8192", *SLOW])
     code, text = finish(cli("sweep", str(sweep), "--backend", "ray", "--workers", "1", "--out", str(out),
                             cwd=tmp_path))
     assert code == 0, text
@@ -71,7 +80,7 @@ def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_r
     assert [good.params["algo.lr"], bad.params["algo.lr"]] == [3e-3, 1e-12], "the grid's seed 3 orders them so"
     assert good.state.name == "COMPLETE" and good.value > 100 and bad.state.name == "PRUNED"
     stopped = summary(out / "trials" / bad.user_attrs["folder"] / "s1")
-    assert stopped["status"] == "stopped" and stopped["total_steps"] < 12288
+    assert stopped["status"] == "stopped" and stopped["total_steps"] < 8192
     report = (out / "sweep.md").read_text()
     assert f"## Best: trial {good.number}" in report and "pruned at step 2,048" in report
     assert (out / "history.png").is_file()
@@ -114,15 +123,11 @@ def test_hyperband_pauses_trials_whose_runs_resume_where_they_stopped(tmp_path, 
     # rung 2, where the first to arrive are paused until the rest catch up.
     # The trial relays its runs' evaluations every POLL_S (0.5 s): a run that passes a rung faster than that (the
     # default CartPole net does 1,024 steps in 0.15 s on an AMX Xeon) finishes before HyperBand's pause reaches it.
-    # Each env step sleeps 1 ms, so a rung lasts over a second on any machine while using little of its CPU (a slow
-    # simulator's stand-in, tests/e2e/slow_steps.py), and episodes end at 200 steps, so that the evaluations of
-    # good settings stay short. One thread, so that the run repeated below (alone on the machine, where `auto` would
-    # give it two) computes the same numbers.
+    # SLOW makes a rung last over a second on any machine while using little of its CPU. One thread, so that the run
+    # repeated below (alone on the machine, where `auto` would give it two) computes the same numbers.
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     out = tmp_path / "grid"
-    overrides = [*SMALL, "train.total_timesteps=6144", "eval.every_steps=1024", "train.torch_threads=1",
-                 "env.max_episode_steps=200", "env.vectorization=sync",
-                 "env.wrappers=[{id: 'tests.e2e.slow_steps:Sleep', kwargs: {seconds: 0.001}}]"]
+    overrides = [*SMALL, "train.total_timesteps=6144", "eval.every_steps=1024", "train.torch_threads=1", *SLOW]
     sweep = write_sweep(tmp_path, "[3.0e-3, 2.5e-3, 2.0e-3, 1.5e-3, 1.0e-3, 5.0e-4, 1.0e-12, 2.0e-12]",
                         "pruner: hyperband", overrides=overrides)
     code, text = finish(cli("sweep", str(sweep), "--backend", "ray", "--workers", "2", "--out", str(out),
