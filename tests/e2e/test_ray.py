@@ -15,14 +15,9 @@ import pytest
 
 from rlfoundry.run.registry import Registry
 from tests.conftest import output_of
-from tests.e2e.test_sweep import SMALL, cli, digest, finish, rows, summary, trials, write_sweep
+from tests.e2e.test_sweep import REPOSITORY, SLOW, SMALL, cli, digest, finish, rows, summary, trials, write_sweep
 
 pytestmark = pytest.mark.xdist_group("processes")
-
-# A slow simulator's stand-in (tests/e2e/slow_steps.py): runs outlast the time a scheduler's decision takes to reach
-# them on any machine, without computing more; short episodes keep the evaluations of good settings short.
-SLOW = ["env.max_episode_steps=200", "env.vectorization=sync",
-        "env.wrappers=[{id: 'tests.e2e.slow_steps:Sleep', kwargs: {seconds: 0.001}}]"]
 
 
 def wait_for(condition, process, seconds: float = 180) -> None:
@@ -43,12 +38,14 @@ def kill_and_wait_for_checkpoint(process, run_dir: Path) -> None:
     assert summary(run_dir)["status"] == "stopped"
 
 
-def test_trials_on_ray_write_the_report_and_continue_after_kill_9(tmp_path):
+def test_trials_on_ray_write_the_report_and_continue_after_kill_9(tmp_path, monkeypatch):
+    # The run under way must still be going when Ray's workers notice, seconds later, that the command died: SLOW
+    # makes it last over ten seconds past its first checkpoint on any machine (30,720 plain CartPole steps once ran
+    # out first on a Zen 5).
+    monkeypatch.setenv("PYTHONPATH", REPOSITORY)
     out = tmp_path / "set"
-    # Long enough that the run under way is still going when Ray's workers notice, seconds later, that the
-    # command died.
     args = ("trials", "CartPole-v1:ppo", "--seeds", "2", "--backend", "ray", "--workers", "1", "--out", str(out),
-            *SMALL, "train.total_timesteps=30720", "checkpoint.every_steps=2048")
+            *SMALL, "train.total_timesteps=12288", "checkpoint.every_steps=2048", *SLOW)
     first = cli(*args, cwd=tmp_path)
     runs = [out / "CartPole-v1_ppo" / f"s{seed}" for seed in (1, 2)]
     wait_for(lambda: summary(runs[0]).get("status") == "finished"
@@ -69,7 +66,7 @@ def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_r
     # ASHA's stop reaches the pruned trial's run some time after its evaluation at step 2,048: a second or more on a
     # busy 2-core machine, in which a CartPole run on a Zen 5 would do its remaining 6,144 steps. SLOW makes them last
     # over six seconds on any machine.
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    monkeypatch.setenv("PYTHONPATH", REPOSITORY)
     out = tmp_path / "grid"
     sweep = write_sweep(tmp_path, "[1.0e-12, 3.0e-3, 2.0e-3]", "seed: 3", "pruner: asha",
                         overrides=[*SMALL, "train.total_timesteps=8192", *SLOW])
@@ -92,9 +89,10 @@ def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_r
     assert rows(tmp_path / "again") == rows(out / "trials" / good.user_attrs["folder"] / "s1")
 
 
-def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path):
+def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", REPOSITORY)  # SLOW, as for trials above
     out = tmp_path / "grid"
-    overrides = [*SMALL, "train.total_timesteps=30720", "checkpoint.every_steps=2048"]
+    overrides = [*SMALL, "train.total_timesteps=12288", "checkpoint.every_steps=2048", *SLOW]
     args = ("sweep", str(write_sweep(tmp_path, "[1.0e-3, 3.0e-3]", overrides=overrides)), "--backend", "ray",
             "--workers", "1", "--out", str(out))
     first = cli(*args, cwd=tmp_path)
@@ -115,7 +113,7 @@ def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path
     assert sorted(trial.user_attrs["folder"] for trial in found) == sorted(path.parent.name for path in (done, under_way))
     assert digest(done) == kept  # the finished trial's run was not redone
     assert "resumed" in (under_way / "run.log").read_text().lower()
-    assert summary(under_way)["total_steps"] == 30720
+    assert summary(under_way)["total_steps"] == 12288
 
 
 def test_hyperband_pauses_trials_whose_runs_resume_where_they_stopped(tmp_path, monkeypatch):
@@ -125,7 +123,7 @@ def test_hyperband_pauses_trials_whose_runs_resume_where_they_stopped(tmp_path, 
     # default CartPole net does 1,024 steps in 0.15 s on an AMX Xeon) finishes before HyperBand's pause reaches it.
     # SLOW makes a rung last over a second on any machine while using little of its CPU. One thread, so that the run
     # repeated below (alone on the machine, where `auto` would give it two) computes the same numbers.
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    monkeypatch.setenv("PYTHONPATH", REPOSITORY)
     out = tmp_path / "grid"
     overrides = [*SMALL, "train.total_timesteps=6144", "eval.every_steps=1024", "train.torch_threads=1", *SLOW]
     sweep = write_sweep(tmp_path, "[3.0e-3, 2.5e-3, 2.0e-3, 1.5e-3, 1.0e-3, 5.0e-4, 1.0e-12, 2.0e-12]",
