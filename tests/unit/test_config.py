@@ -286,6 +286,24 @@ def test_generic_id_without_reward_threshold_has_no_solved():
     assert cfg.solved is None and cfg.threshold is None
 
 
+def test_a_threshold_holds_for_the_task_it_was_stated_for(tmp_path):
+    """An id at a time limit: MountainCar's −110 is met by every episode cut at 100 steps, and CartPole's 475 says
+    nothing of Acrobot. A layer of the user's that changes either, and sets no threshold, takes the new task's."""
+    assert load_config("MountainCar-v0:ppo", ["env.max_episode_steps=100"]).solved is None
+    assert load_config("MountainCar-v0:ppo", ["env.max_episode_steps=200"]).threshold == -110  # the registered limit
+    assert load_config("Pendulum-v1:sac", ["env.max_episode_steps=400"]).solved is None  # a preset's threshold too
+    assert load_config("CartPole-v1:ppo", ["env.id=Acrobot-v1"]).threshold == gym.spec("Acrobot-v1").reward_threshold
+    assert load_config("CartPole-v1:ppo", ["env.id=Pendulum-v1"]).solved == load_config("Pendulum-v1:sac").solved
+    assert load_config("CartPole-v1:ppo", ["env.id=Humanoid-v5"]).solved is None
+    own = load_config("MountainCar-v0:ppo", ["env.max_episode_steps=100", "solved.return=-90", "solved.source=mine"])
+    assert (own.threshold, own.solved.source) == (-90, "mine")
+    shorter = write(tmp_path / "exp.yaml", "preset: CartPole-v1:ppo\nenv: {max_episode_steps: 200}\n")
+    assert load_config(str(shorter)).solved is None
+    generic = write(tmp_path / "generic.yaml", "env: {id: Acrobot-v1, max_episode_steps: 100}\n")
+    assert load_config(str(generic)).solved is None
+    assert load_config(str(generic), ["env.max_episode_steps=500"]).threshold == -100
+
+
 def test_an_algorithm_without_a_variant_in_the_preset_takes_its_generic_defaults():
     """`ID:ALGO` works for every id, as for ids without a preset: Pendulum's preset has no DQN, CartPole's no vector
     DreamerV3. The preset still gives the task's threshold."""

@@ -200,8 +200,6 @@ def default_network(env_id: str, observation_space) -> dict[str, Any]:
 def generic_layers(env_id: str, algo: str, env_section: dict[str, Any] | None = None) -> dict[str, Any]:
     """Defaults for an id without a preset, chosen from its spaces (see each algo's `defaults_for`), as the env looks
     with the user's `env_section` options (e.g. `env.atari.obs_type: ram` makes Atari's frames a vector)."""
-    import gymnasium as gym
-
     from rlfoundry.config.sections import EnvConfig
     from rlfoundry.envs import make_kwargs, probe_spaces
 
@@ -220,10 +218,47 @@ def generic_layers(env_id: str, algo: str, env_section: dict[str, Any] | None = 
         layers.get("env", {}).pop("img_size", None)
     layers = deep_merge(layers, {"network": default_network(env_id, observation_space)})
     layers = deep_merge(layers, {"variant": algo, "env": {"id": env_id}, "algo": {"name": algo}})
-    threshold = gym.spec(env_id).reward_threshold
-    if threshold is not None:
-        layers["solved"] = {"return": float(threshold), "source": f"Gymnasium {env_id} reward_threshold"}
+    solved = gymnasium_threshold(env_id)
+    if solved is not None:
+        layers["solved"] = solved
     return layers
+
+
+def gymnasium_threshold(env_id: str) -> dict[str, Any] | None:
+    import gymnasium as gym
+
+    threshold = gym.spec(env_id).reward_threshold
+    return None if threshold is None else {"return": float(threshold), "source": f"Gymnasium {env_id} reward_threshold"}
+
+
+def _time_limit(env_section: dict[str, Any]) -> int | None:
+    """The env's time limit: `max_episode_steps` if set, else its id's registered one."""
+    import gymnasium as gym
+
+    if env_section.get("max_episode_steps") is not None:
+        return env_section["max_episode_steps"]
+    try:
+        return gym.spec(env_section["id"]).max_episode_steps
+    except (gym.error.Error, KeyError, TypeError):
+        return None
+
+
+def task_threshold(base: dict[str, Any], data: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    """A `solved` threshold holds for the task it was stated for: an env id at a time limit (MountainCar's −110 is
+    met by every episode cut at 100 steps). Where the user's layers change the base's id or time limit and set no
+    threshold of their own, the base's gives way to the new task's: its preset's or Gymnasium's, at the id's
+    registered time limit, or none."""
+    if "solved" in user:
+        return data
+    base_env, env = _section(base, "env"), _section(data, "env")
+    env_id = check_env_id(env.get("id"))
+    if (env_id, _time_limit(env)) == (base_env.get("id"), _time_limit(base_env)):
+        return data
+    solved = None
+    if _time_limit(env) == _time_limit({"id": env_id}):
+        preset = load_presets().get(env_id)
+        solved = preset.solved if preset is not None and preset.solved else gymnasium_threshold(env_id)
+    return {**data, "solved": solved}
 
 
 # ---------------------------------------------------------------- the entry point
@@ -259,6 +294,7 @@ def is_experiment_file(spec: str) -> bool:
 
 def load_config(spec: str, overrides: list[str] | None = None) -> ExperimentConfig:
     """Resolve SPEC and overrides into a validated `ExperimentConfig`, or raise `ConfigError`."""
+    overrides = overrides or []
     if is_experiment_file(spec):
         path = Path(spec)
         if not path.is_file():
@@ -266,17 +302,18 @@ def load_config(spec: str, overrides: list[str] | None = None) -> ExperimentConf
         experiment = read_yaml(path)
         _check_keys(experiment, EXPERIMENT_KEYS, f"experiment file {path}")
         base_spec = experiment.pop("preset", None)
-        env_section = _section(apply_overrides(experiment, overrides or []), "env")
+        user = apply_overrides(experiment, overrides)
         if base_spec is not None:
-            data = deep_merge(spec_layers(str(base_spec), env_section), experiment)
+            base = spec_layers(str(base_spec), _section(user, "env"))
         else:
             env_id = check_env_id(_section(experiment, "env").get("id"))
-            algo = _section(experiment, "algo").get("name", "ppo")
-            data = deep_merge(generic_layers(env_id, algo, env_section), experiment)
+            base = generic_layers(env_id, _section(experiment, "algo").get("name", "ppo"), _section(user, "env"))
+        data = deep_merge(base, experiment)
     else:
-        data = spec_layers(spec, _section(apply_overrides({}, overrides or []), "env"))
-    data = apply_overrides(data, overrides or [])
-    return validate(data)
+        user = apply_overrides({}, overrides)
+        base = data = spec_layers(spec, _section(user, "env"))
+    data = apply_overrides(data, overrides)
+    return validate(task_threshold(base, data, user))
 
 
 def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
