@@ -3,11 +3,14 @@
 import csv
 import json
 import math
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 import yaml
 
 import rlfoundry
@@ -82,6 +85,50 @@ def test_same_seed_same_metrics(tmp_path, quiet, spec, steps):
     assert strip_timing(first) == strip_timing(second)
     other = run_metrics(tmp_path, "c", spec, [*overrides, "train.seed=8"])
     assert strip_timing(other) != strip_timing(first)
+
+
+TINY_DREAMER = ["algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.model.rssm.blocks=4",
+                "algo.model.units=32", "algo.units=32", "algo.batch_size=4", "algo.batch_length=8", "algo.train_ratio=16",
+                "algo.collect_steps=8", "env.max_episode_steps=100"]
+
+
+@pytest.mark.parametrize("spec, steps, overrides", [
+    ("CartPole-v1:ppo", 2048, ["eval.deterministic=false"]),  # sampled actions, from torch's generator
+    ("CartPole-v1:dqn", 2048, ["eval.deterministic=false", "algo.learning_starts=256", "algo.train_freq=64"]),  # ε
+    ("MountainCarContinuous-v0:dreamer", 240, TINY_DREAMER),  # latent states sampled even for greedy actions
+])
+def test_evaluations_do_not_change_training(tmp_path, quiet, spec, steps, overrides):
+    """An evaluation draws from a random state of its own: evaluating more often and longer leaves every training
+    number as it was."""
+    base = [*quiet, f"train.total_timesteps={steps}", "train.seed=5", *overrides]
+    few = run_metrics(tmp_path, "few", spec, [*base, f"eval.every_steps={steps // 2}", "eval.episodes=1"])
+    many = run_metrics(tmp_path, "many", spec, [*base, f"eval.every_steps={steps // 8}", "eval.episodes=3"])
+
+    def training(rows):
+        return [{k: v for k, v in row.items() if not k.startswith("eval/")} for row in strip_timing(rows)]
+
+    assert training(few) == training(many)
+    assert sum(bool(row["eval/return_mean"]) for row in many) > sum(bool(row["eval/return_mean"]) for row in few)
+
+
+def test_an_own_random_state_is_the_same_inside_every_time_and_leaves_the_outside_as_it_was():
+    from rlfoundry.run.seeding import own_random_state
+
+    def draw():
+        return random.random(), float(np.random.random()), float(torch.rand(()))
+
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    expected = [draw(), draw()]
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    got, inside = [draw()], []
+    for _ in range(2):
+        with own_random_state(9):
+            inside.append(draw())
+    with pytest.raises(KeyError), own_random_state(9):
+        draw()
+        raise KeyError  # left by an exception, as a stopped evaluation leaves it
+    got.append(draw())
+    assert got == expected and inside[0] == inside[1] != expected[1]
 
 
 def test_bf16_mixed_precision_trains_and_keeps_fp32_rollouts(tmp_path, quiet):

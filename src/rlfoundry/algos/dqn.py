@@ -178,12 +178,14 @@ class DQN(Agent):
         self.obs = None
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
-        """Greedy actions (ε-greedy with the final ε when not deterministic)."""
+        """Greedy actions (ε-greedy with the final ε when not deterministic, drawn from NumPy's global generator,
+        which an evaluation gives a state of its own: the agent's generator, that training draws from, is not
+        touched)."""
         actions = self._greedy(obs)
         if deterministic:
             return actions
-        explore = self.rng.random(len(actions)) < self.algo.exploration_final_eps
-        return np.where(explore, self.rng.integers(self.spec.action_space.n, size=len(actions)), actions)
+        explore = np.random.random(len(actions)) < self.algo.exploration_final_eps
+        return np.where(explore, np.random.randint(self.spec.action_space.n, size=len(actions)), actions)
 
     def state_dict(self) -> dict[str, Any]:
         return {

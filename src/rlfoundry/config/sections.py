@@ -304,7 +304,8 @@ class EvalConfig(StrictModel):
     deterministic: bool = Field(True, description="Greedy / mean actions during evaluation.")
     at_end: bool = Field(True, description="Evaluate once more when training ends.")
     stop_at_threshold: bool = Field(True, description="Stop when the evaluation return reaches the solved threshold.")
-    seed_offset: int = Field(10_000, ge=0, description="Evaluation envs are seeded with train.seed + seed_offset.")
+    seed_offset: int = Field(10_000, ge=0, description="Evaluation envs, and the random state evaluations draw "
+                                             "from, are seeded with train.seed + seed_offset.")
     video: bool = Field(False, description="Record one evaluation episode as videos/eval_step<N>.mp4 at each evaluation.")
 
 

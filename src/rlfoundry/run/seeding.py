@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -45,3 +47,20 @@ def set_rng_state(values: dict[str, Any], arrays: dict[str, np.ndarray], torch_s
                          numpy_rng["cached"]))
     python_rng = values["python_rng"]
     random.setstate((python_rng["version"], tuple(python_rng["internal"]), python_rng["gauss"]))
+
+
+@contextlib.contextmanager
+def own_random_state(seed: int) -> Iterator[None]:
+    """Python's, NumPy's and torch's global generators seeded with `seed` inside, and put back as they were on the
+    way out, however it is left: what runs inside draws the same numbers every time, and what runs after draws the
+    numbers it would have drawn had it never run (an evaluation, for the training around it)."""
+    before = rng_state()
+    cuda = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else ()
+    with torch.random.fork_rng(devices=cuda):
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        try:
+            yield
+        finally:
+            set_rng_state(*before)

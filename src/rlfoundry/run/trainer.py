@@ -45,7 +45,7 @@ from rlfoundry.run.profiling import IterationProfiler
 from rlfoundry.run.registry import Registry, RegistryError
 from rlfoundry.run.report import write_report
 from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
-from rlfoundry.run.seeding import resolve_device, rng_state, seed_everything, set_rng_state
+from rlfoundry.run.seeding import own_random_state, resolve_device, rng_state, seed_everything, set_rng_state
 from rlfoundry.run.video import record_video
 from rlfoundry.sinks import CSVSink, TensorBoardSink
 from rlfoundry.sinks.console import ConsoleSink
@@ -455,21 +455,18 @@ class Trainer:
         }
 
     def _evaluate(self, agent, train_envs, eval_envs, step: int, stoppable: bool) -> dict[str, float]:
-        """The evaluation's row entries. `stoppable`: a stop signal ends it (EvaluationStopped) with the global random
-        state put back as it began, so that the checkpoint taken then resumes into the same evaluation. (An agent's own
-        generator, as DQN's for ε in a stochastic evaluation, is not put back.)"""
+        """The evaluation's row entries. It draws its random numbers (sampled actions, latent states, plans) from a
+        state of its own, seeded alike at every evaluation and put back after: training draws the same numbers however
+        often and however long it evaluates, and a checkpoint taken when a stop signal ends it (EvaluationStopped,
+        when `stoppable`) resumes into the same evaluation."""
         tick = time.perf_counter()
         envs_lib.copy_obs_stats(train_envs, eval_envs)
         cfg = self.cfg
+        seed = cfg.train.seed + cfg.eval.seed_offset
         self.log.info("evaluating at step %d: %d episodes", step, cfg.eval.episodes)
-        before = rng_state()
-        try:
-            returns, lengths = evaluate(agent, eval_envs, cfg.eval.episodes, cfg.train.seed + cfg.eval.seed_offset,
-                                        cfg.eval.deterministic,
+        with own_random_state(seed):
+            returns, lengths = evaluate(agent, eval_envs, cfg.eval.episodes, seed, cfg.eval.deterministic,
                                         (lambda: self.stop_signal is not None) if stoppable else None)
-        except EvaluationStopped:
-            set_rng_state(*before)
-            raise
         mean, std = float(np.mean(returns)), float(np.std(returns))
         best = self.summary["best_eval_return"]
         best = mean if best is None else max(best, mean)
@@ -479,9 +476,9 @@ class Trainer:
             self.summary["solved_at_step"] = step
         self.log.info("eval at step %d: return %.2f ± %.2f over %d episodes", step, mean, std, len(returns))
         if cfg.eval.video:
-            video = record_video(agent, cfg.env, envs_lib.obs_stats(train_envs),
-                                 self.run_dir / "videos" / f"eval_step{step}.mp4",
-                                 cfg.train.seed + cfg.eval.seed_offset, cfg.eval.deterministic)
+            with own_random_state(seed):
+                video = record_video(agent, cfg.env, envs_lib.obs_stats(train_envs),
+                                     self.run_dir / "videos" / f"eval_step{step}.mp4", seed, cfg.eval.deterministic)
             self.log.info("video of an evaluation episode (return %.2f): %s", video["return"], video["path"])
             if self.wandb is not None:
                 self.wandb.video(step, video["path"])
