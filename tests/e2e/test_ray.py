@@ -15,7 +15,7 @@ import pytest
 
 from rlfoundry.run.registry import Registry
 from tests.conftest import output_of
-from tests.e2e.test_sweep import REPOSITORY, SLOW, SMALL, cli, digest, finish, rows, summary, trials, write_sweep
+from tests.e2e.test_sweep import SMALL, cli, digest, finish, rows, summary, trials, write_sweep
 
 pytestmark = pytest.mark.xdist_group("processes")
 
@@ -38,14 +38,13 @@ def kill_and_wait_for_checkpoint(process, run_dir: Path) -> None:
     assert summary(run_dir)["status"] == "stopped"
 
 
-def test_trials_on_ray_write_the_report_and_continue_after_kill_9(tmp_path, monkeypatch):
-    # The run under way must still be going when Ray's workers notice, seconds later, that the command died: SLOW
-    # makes it last over ten seconds past its first checkpoint on any machine (30,720 plain CartPole steps once ran
-    # out first on a Zen 5).
-    monkeypatch.setenv("PYTHONPATH", REPOSITORY)
+def test_trials_on_ray_write_the_report_and_continue_after_kill_9(tmp_path, slow_steps):
+    # The run under way must still be going when Ray's workers notice, seconds later, that the command died: slow
+    # steps make it last over ten seconds past its first checkpoint on any machine (30,720 plain CartPole steps once
+    # ran out first on a Zen 5).
     out = tmp_path / "set"
     args = ("trials", "CartPole-v1:ppo", "--seeds", "2", "--backend", "ray", "--workers", "1", "--out", str(out),
-            *SMALL, "train.total_timesteps=12288", "checkpoint.every_steps=2048", *SLOW)
+            *SMALL, "train.total_timesteps=12288", "checkpoint.every_steps=2048", *slow_steps)
     first = cli(*args, cwd=tmp_path)
     runs = [out / "CartPole-v1_ppo" / f"s{seed}" for seed in (1, 2)]
     wait_for(lambda: summary(runs[0]).get("status") == "finished"
@@ -62,14 +61,13 @@ def test_trials_on_ray_write_the_report_and_continue_after_kill_9(tmp_path, monk
     assert sorted(r.seed for r in Registry(tmp_path / "runs").query({"group": "set"})) == [1, 2]
 
 
-def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_run(tmp_path, monkeypatch):
+def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_run(tmp_path, slow_steps):
     # ASHA's stop reaches the pruned trial's run some time after its evaluation at step 2,048: a second or more on a
-    # busy 2-core machine, in which a CartPole run on a Zen 5 would do its remaining 6,144 steps. SLOW makes them last
-    # over six seconds on any machine.
-    monkeypatch.setenv("PYTHONPATH", REPOSITORY)
+    # busy 2-core machine, in which a CartPole run on a Zen 5 would do its remaining 6,144 steps. Slow steps make
+    # them last over six seconds on any machine.
     out = tmp_path / "grid"
     sweep = write_sweep(tmp_path, "[1.0e-12, 3.0e-3, 2.0e-3]", "seed: 3", "pruner: asha",
-                        overrides=[*SMALL, "train.total_timesteps=8192", *SLOW])
+                        overrides=[*SMALL, "train.total_timesteps=8192", *slow_steps])
     code, text = finish(cli("sweep", str(sweep), "--backend", "ray", "--workers", "1", "--out", str(out),
                             cwd=tmp_path))
     assert code == 0, text
@@ -89,10 +87,9 @@ def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_r
     assert rows(tmp_path / "again") == rows(out / "trials" / good.user_attrs["folder"] / "s1")
 
 
-def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", REPOSITORY)  # SLOW, as for trials above
+def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path, slow_steps):
     out = tmp_path / "grid"
-    overrides = [*SMALL, "train.total_timesteps=12288", "checkpoint.every_steps=2048", *SLOW]
+    overrides = [*SMALL, "train.total_timesteps=12288", "checkpoint.every_steps=2048", *slow_steps]
     args = ("sweep", str(write_sweep(tmp_path, "[1.0e-3, 3.0e-3]", overrides=overrides)), "--backend", "ray",
             "--workers", "1", "--out", str(out))
     first = cli(*args, cwd=tmp_path)
@@ -116,16 +113,15 @@ def test_a_killed_ray_sweep_continues_without_losing_or_redoing_a_trial(tmp_path
     assert summary(under_way)["total_steps"] == 12288
 
 
-def test_hyperband_pauses_trials_whose_runs_resume_where_they_stopped(tmp_path, monkeypatch):
+def test_hyperband_pauses_trials_whose_runs_resume_where_they_stopped(tmp_path, slow_steps):
     # Tune's HyperBand on 6 rungs (eta 3): a first bracket of 3 trials at the full budget, then one of 5 halved at
     # rung 2, where the first to arrive are paused until the rest catch up.
     # The trial relays its runs' evaluations every POLL_S (0.5 s): a run that passes a rung faster than that (the
     # default CartPole net does 1,024 steps in 0.15 s on an AMX Xeon) finishes before HyperBand's pause reaches it.
-    # SLOW makes a rung last over a second on any machine while using little of its CPU. One thread, so that the run
-    # repeated below (alone on the machine, where `auto` would give it two) computes the same numbers.
-    monkeypatch.setenv("PYTHONPATH", REPOSITORY)
+    # Slow steps make a rung last over a second on any machine while using little of its CPU. One thread, so that the
+    # run repeated below (alone on the machine, where `auto` would give it two) computes the same numbers.
     out = tmp_path / "grid"
-    overrides = [*SMALL, "train.total_timesteps=6144", "eval.every_steps=1024", "train.torch_threads=1", *SLOW]
+    overrides = [*SMALL, "train.total_timesteps=6144", "eval.every_steps=1024", "train.torch_threads=1", *slow_steps]
     sweep = write_sweep(tmp_path, "[3.0e-3, 2.5e-3, 2.0e-3, 1.5e-3, 1.0e-3, 5.0e-4, 1.0e-12, 2.0e-12]",
                         "pruner: hyperband", overrides=overrides)
     code, text = finish(cli("sweep", str(sweep), "--backend", "ray", "--workers", "2", "--out", str(out),

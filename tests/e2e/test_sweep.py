@@ -24,12 +24,6 @@ pytestmark = pytest.mark.xdist_group("processes")
 
 SMALL = ["train.total_timesteps=4096", "eval.every_steps=2048", "eval.episodes=3", "logging.tensorboard=false",
          "train.device=cpu", "eval.stop_at_threshold=false"]
-# A slow simulator's stand-in (tests/e2e/slow_steps.py, with the repository on the runs' PYTHONPATH): each env step
-# sleeps 1 ms, so that a run outlasts the time a pruner's or scheduler's decision takes to reach it on any machine
-# without computing more; episodes end at 200 steps, so that the evaluations of good settings stay short.
-SLOW = ["env.max_episode_steps=200", "env.vectorization=sync",
-        "env.wrappers=[{id: 'tests.e2e.slow_steps:Sleep', kwargs: {seconds: 0.001}}]"]
-REPOSITORY = str(Path(__file__).resolve().parents[2])
 
 
 def write_sweep(tmp_path: Path, lrs: str, *extra: str, overrides: list[str] = SMALL) -> Path:
@@ -132,12 +126,11 @@ def test_a_killed_sweep_continues_without_losing_or_repeating_a_trial(tmp_path):
     assert summary(under_way)["total_steps"] == 8192
 
 
-def test_a_pruner_stops_a_bad_trial_early_and_the_sweep_goes_on(tmp_path, monkeypatch):
+def test_a_pruner_stops_a_bad_trial_early_and_the_sweep_goes_on(tmp_path, slow_steps):
     # The sweep reads the runs' evaluations every POLL_S (0.5 s); a CartPole run on a Zen 5 would do the rest of its
-    # steps in under a second. SLOW makes them last over six seconds on any machine.
-    monkeypatch.setenv("PYTHONPATH", REPOSITORY)
+    # steps in under a second. Slow steps make them last over six seconds on any machine.
     out = tmp_path / "grid"
-    overrides = [*SMALL, "train.total_timesteps=8192", *SLOW]
+    overrides = [*SMALL, "train.total_timesteps=8192", *slow_steps]
     sweep = write_sweep(tmp_path, "[1.0e-12, 3.0e-3, 2.0e-3]", "seed: 3", "pruner: {kind: median, startup_trials: 1}",
                         overrides=overrides)
     code, text = finish(cli("sweep", str(sweep), "--workers", "1", "--out", str(out), cwd=tmp_path))

@@ -54,13 +54,14 @@ def own_random_state(seed: int) -> Iterator[None]:
     """Python's, NumPy's and torch's global generators seeded with `seed` inside, and put back as they were on the
     way out, however it is left: what runs inside draws the same numbers every time, and what runs after draws the
     numbers it would have drawn had it never run (an evaluation, for the training around it)."""
-    before = rng_state()
+    python_state, numpy_state = random.getstate(), np.random.get_state()
     cuda = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else ()
-    with torch.random.fork_rng(devices=cuda):
+    with torch.random.fork_rng(devices=cuda):  # (torch's CPU and CUDA states: it puts them back itself)
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
         try:
             yield
         finally:
-            set_rng_state(*before)
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)

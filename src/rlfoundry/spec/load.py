@@ -231,6 +231,12 @@ def gymnasium_threshold(env_id: str) -> dict[str, Any] | None:
     return None if threshold is None else {"return": float(threshold), "source": f"Gymnasium {env_id} reward_threshold"}
 
 
+def task_solved(env_id: str) -> dict[str, Any] | None:
+    """An id's threshold at its registered time limit: its preset's, else Gymnasium's."""
+    preset = load_presets().get(env_id)
+    return preset.solved if preset is not None and preset.solved else gymnasium_threshold(env_id)
+
+
 def _time_limit(env_section: dict[str, Any]) -> int | None:
     """The env's time limit: `max_episode_steps` if set, else its id's registered one."""
     import gymnasium as gym
@@ -251,14 +257,10 @@ def task_threshold(base: dict[str, Any], data: dict[str, Any], user: dict[str, A
     if "solved" in user:
         return data
     base_env, env = _section(base, "env"), _section(data, "env")
-    env_id = check_env_id(env.get("id"))
-    if (env_id, _time_limit(env)) == (base_env.get("id"), _time_limit(base_env)):
+    env_id, limit = check_env_id(env.get("id")), _time_limit(env)
+    if (env_id, limit) == (base_env.get("id"), _time_limit(base_env)):
         return data
-    solved = None
-    if _time_limit(env) == _time_limit({"id": env_id}):
-        preset = load_presets().get(env_id)
-        solved = preset.solved if preset is not None and preset.solved else gymnasium_threshold(env_id)
-    return {**data, "solved": solved}
+    return {**data, "solved": task_solved(env_id) if limit == _time_limit({"id": env_id}) else None}
 
 
 # ---------------------------------------------------------------- the entry point
@@ -281,10 +283,10 @@ def spec_layers(spec: str, env_section: dict[str, Any] | None = None) -> dict[st
         return preset_layers(preset, variant)
     check_env_id(env_id)
     layers = generic_layers(env_id, variant, env_section)
-    if preset is not None and "solved" in preset.data:
+    if preset is not None:
         # an algorithm the preset has no variant for (Hopper-v5:dreamer) takes its generic defaults, with the task's
         # threshold from the preset
-        layers["solved"] = preset.data["solved"]
+        layers["solved"] = task_solved(env_id)
     return layers
 
 
