@@ -1,6 +1,6 @@
 """DreamerV3's update speed on this machine, per model size and observation kind, against its FLOP bound.
 
-One update is `Dreamer._learn` at the reference's batch (16 windows of 64 steps plus a context step) with
+One update is `Dreamer.update` at the reference's batch (16 windows of 64 steps plus a context step) with
 imagination from all 1,024 posterior states over 15 steps: the world-model loss, the imagined rollout, the actor and
 critic losses, the replay value loss, one LaProp step and the latent write-back. Observations: `vector` (a 17-dim Box,
 as DMC walker's proprioception, 6-dim actions) and `pixels` (uint8 3 × 64 × 64, as DMC from pixels). The replay is
@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlfoundry.algos import Runtime
 from rlfoundry.algos.dreamer import Dreamer
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.envs import EnvSpec
@@ -41,7 +42,7 @@ def build(size: str, kind: str, device: torch.device) -> Dreamer:
     obs_space, action_space = KINDS[kind]
     spec = EnvSpec(id=f"{kind}-stand-in", num_envs=1, observation_space=obs_space, action_space=action_space,
                    vectorization="sync")
-    agent = Dreamer(cfg, spec, device)
+    agent = Dreamer(cfg, spec, Runtime.of(cfg.train, device))
     rng = np.random.default_rng(0)
     sample = lambda space: (rng.integers(0, 256, (1, *space.shape), np.uint8) if space.dtype == np.uint8
                             else rng.standard_normal((1, *space.shape)).astype(np.float32))
@@ -73,11 +74,11 @@ def matmul_gflops(device: torch.device, seconds: float = 2.0) -> float:
 
 
 def measure(agent: Dreamer, seconds: float) -> float:
-    agent._learn()  # warm-up
+    agent.update()  # warm-up
     synchronize(agent.device)
     count, start = 0, time.perf_counter()
     while count < 2 or time.perf_counter() - start < seconds:
-        agent._learn()
+        agent.update()
         count += 1
     synchronize(agent.device)
     return count / (time.perf_counter() - start)
@@ -87,7 +88,7 @@ def update_flops(agent: Dreamer) -> float:
     """The matmul and convolution FLOPs of one update, forward and backward, as torch's profiler counts them
     (FlopCounterMode's module tracker fails on the update's no-grad imagination)."""
     with torch.profiler.profile(with_flops=True) as prof:
-        agent._learn()
+        agent.update()
     return float(sum(event.flops for event in prof.key_averages() if event.flops))
 
 
@@ -121,7 +122,7 @@ def main() -> None:
             if args.profile:
                 with torch.profiler.profile() as prof:
                     for _ in range(3):
-                        agent._learn()
+                        agent.update()
                 sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
                 print(prof.key_averages().table(sort_by=sort, row_limit=15))
 

@@ -48,6 +48,7 @@ from rlfoundry.world_models.next_frame import (
 )
 from rlfoundry.world_models.simulated_env import SimulatedEnv
 from rlfoundry.world_models.training import MAX_GRAD_NORM, Adafactor, input_noise, world_model_loss
+from rlfoundry.algos import Runtime
 
 ENV_ID = "ALE/Pong-v5"
 NUM_ACTIONS = 6  # Pong's minimal action set
@@ -243,7 +244,7 @@ def ppo_update_seconds(frame: tuple[int, int, int], threads: int, precision: str
     })
     spec = EnvSpec(f"simulated {ENV_ID}", SIM_ENVS, env.single_observation_space, env.single_action_space,
                    "simulated")
-    agent = PPO(cfg, spec, torch.device("cpu"))
+    agent = PPO(cfg, spec, Runtime.of(cfg.train))
     agent.collector = RolloutCollector(env, spec, ROLLOUT, torch.device("cpu"), seed=0)
     costs = []
 

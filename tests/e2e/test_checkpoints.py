@@ -17,6 +17,7 @@ import torch
 import rlfoundry
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run.trainer import RunFailed
+from rlfoundry.algos import Runtime
 from tests.conftest import output_of
 
 
@@ -45,7 +46,7 @@ def test_cadence_best_and_last_checkpoints_restore_the_policy(tmp_path, quiet):
     cfg = load_config(str(run_dir / "config.yaml"))
     envs, spec = make(cfg.env)
     try:
-        fresh = PPO(cfg, spec, torch.device("cpu"))
+        fresh = PPO(cfg, spec, Runtime.of(cfg.train))
         fresh.load_state_dict(ckpt.agent_state(last))
         policy_state = ckpt.agent_state(last)["policy"]
         obs, _ = envs.reset(seed=0)

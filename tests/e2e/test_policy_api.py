@@ -17,13 +17,14 @@ from typer.testing import CliRunner
 
 import rlfoundry
 from rlfoundry import envs as envs_lib
-from rlfoundry.algos import ALGORITHMS
+from rlfoundry.algos import algorithm
 from rlfoundry.algos.base import Memory
 from rlfoundry.cli.export import export as export_command
 from rlfoundry.cli.play import play as play_command
 from rlfoundry.run.deploy import export
 from rlfoundry.run.policy import Policy
 from rlfoundry.spec.load import load_config
+from rlfoundry.algos import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "eval.episodes=1",
@@ -51,7 +52,7 @@ def fresh_policy(spec: str, overrides: list[str], obs_stats=None) -> Policy:
     cfg = load_config(spec, [*TINY, "train.precision=fp32", *overrides])
     envs, env_spec = envs_lib.make(cfg.env, 1, evaluation=True)
     envs.close()
-    agent = ALGORITHMS[cfg.algo.name](cfg, env_spec, torch.device("cpu"))
+    agent = algorithm(cfg.algo.name)(cfg, env_spec, Runtime.of(cfg.train))
     return Policy(cfg, agent, env_spec, obs_stats, 0, spec)
 
 

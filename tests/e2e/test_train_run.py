@@ -16,6 +16,7 @@ import yaml
 import rlfoundry
 from rlfoundry.run.trainer import SUMMARY_KEYS
 from rlfoundry.spec.load import load_config
+from rlfoundry.algos import Runtime
 from tests.conftest import is_timing
 
 CLI = [sys.executable, "-m", "rlfoundry.cli"]
@@ -144,7 +145,7 @@ def test_bf16_mixed_precision_trains_and_keeps_fp32_rollouts(tmp_path, quiet):
                                                       "algo.minibatch_size=0.5"])
     envs, spec = make(cfg.env)
     try:
-        agent = PPO(cfg, spec, torch.device("cpu"))
+        agent = PPO(cfg, spec, Runtime.of(cfg.train))
         iteration = agent.iterate(envs, 0.0)
         with agent.autocast():
             rollout, _ = agent.collector.collect(agent.policy)

@@ -52,21 +52,21 @@ def test_actor_processes_end_when_the_learner_fails(tmp_path, quiet, monkeypatch
     def fail(self):
         raise RuntimeError("boom in the learner")
 
-    monkeypatch.setattr(SAC, "_learn", fail)
+    monkeypatch.setattr(SAC, "_update", fail)
     with pytest.raises(RunFailed, match="boom in the learner"):
         rlfoundry.train("Pendulum-v1:sac", [*quiet, *SHORT], tmp_path / "run")
     assert multiprocessing.active_children() == []
 
 
 def test_a_dead_actor_fails_the_run(tmp_path, quiet, monkeypatch):
-    learn_steps = SAC._learn_steps
+    update = SAC.update
 
-    def kill_an_actor_first(self, steps):
-        if steps and self.gradient_steps_done == 0:
+    def kill_an_actor_first(self, progress):
+        if self.gradient_steps_done == 0:
             os.kill(self.pool.processes[1].pid, signal.SIGKILL)
-        return learn_steps(self, steps)
+        return update(self, progress)
 
-    monkeypatch.setattr(SAC, "_learn_steps", kill_an_actor_first)
+    monkeypatch.setattr(SAC, "update", kill_an_actor_first)
     with pytest.raises(RunFailed, match="actor process 1 exited with code -9"):
         rlfoundry.train("Pendulum-v1:sac", [*quiet, *SHORT, "train.total_timesteps=5000"], tmp_path / "run")
     assert multiprocessing.active_children() == []

@@ -32,5 +32,5 @@ def test_keys_of_another_algorithm_are_unknown_keys_with_that_algorithms_suggest
     with pytest.raises(ConfigError) as err:
         load_config("CartPole-v1:a2c", ["algo.clip_coef=0.2"])
     assert "algo.clip_coef" in str(err.value) and "unknown key" in str(err.value) and "num_steps" in str(err.value)
-    with pytest.raises(ConfigError, match="unknown algorithm; available: ppo, a2c, reinforce, dqn, sac"):
-        load_config("CartPole-v1:ppo", ["algo.name=td3"])
+    with pytest.raises(ConfigError, match="unknown algorithm; available: a2c, .*ppo, reinforce, sac"):
+        load_config("CartPole-v1:ppo", ["algo.name=trpo"])

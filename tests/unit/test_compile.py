@@ -13,6 +13,7 @@ from rlfoundry.envs import make
 from rlfoundry.run import hardware
 from rlfoundry.run.trainer import Trainer
 from rlfoundry.spec.load import load_config
+from rlfoundry.algos import Runtime
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
@@ -23,7 +24,7 @@ def test_compiled_ppo_gives_the_eager_losses_and_actions(env_id):
         cfg = load_config(f"{env_id}:ppo", ["train.device=cpu", f"train.compile={str(setting).lower()}"])
         envs, spec = make(cfg.env, 1)
         envs.close()
-        agents[setting] = PPO(cfg, spec, torch.device("cpu"))
+        agents[setting] = PPO(cfg, spec, Runtime.of(cfg.train))
     agents[True].policy.load_state_dict(agents[False].policy.state_dict())
 
     rng = np.random.default_rng(0)
@@ -78,14 +79,14 @@ def test_compile_auto_resolves_by_algorithm_core_and_budget(monkeypatch):
 
 def test_compile_true_for_an_agent_without_a_compiled_path_runs_eager_with_a_warning(tmp_path):
     """Every agent either compiles something or says it does not: `true` is never silently ignored."""
-    from rlfoundry.algos import ALGORITHMS
+    from rlfoundry.algos import algorithms
 
-    assert [name for name, agent in ALGORITHMS.items() if not agent.compiles] == ["dreamer", "planet"]
+    assert [name for name, agent in algorithms().items() if not agent.compiles] == ["dreamer", "planet"]
     cfg = load_config("CartPole-v1:ppo")
-    assert hardware.resolve_compile(True, "ppo", cfg.network, 1, compiles=True) == (True, None)
-    compile_, warning = hardware.resolve_compile(True, "dreamer", cfg.network, 1, compiles=False)
+    assert hardware.resolve_compile(True, "ppo", cfg.network, 1) == (True, None)
+    compile_, warning = hardware.resolve_compile(True, "dreamer", cfg.network, 1)
     assert compile_ is False and "dreamer has no compiled path" in warning
-    assert hardware.resolve_compile("auto", "dreamer", cfg.network, 10**9, compiles=False) == (False, None)
+    assert hardware.resolve_compile("auto", "dreamer", cfg.network, 10**9) == (False, None)
     trainer = Trainer(load_config("rlfoundry/Reach-v0:dreamer", ["train.compile=true", "train.total_timesteps=1"]),
                       tmp_path / "run")
     assert trainer.run_cfg.train.compile is False
@@ -94,7 +95,7 @@ def test_compile_true_for_an_agent_without_a_compiled_path_runs_eager_with_a_war
 
 def _agents(spec_name: str):
     """The same agent eager and compiled, with the same weights."""
-    from rlfoundry.algos import ALGORITHMS
+    from rlfoundry.algos import algorithm
 
     agents = {}
     for setting in (False, True):
@@ -102,7 +103,7 @@ def _agents(spec_name: str):
         envs, spec = make(cfg.env, 1)
         envs.close()
         torch.manual_seed(0)
-        agents[setting] = ALGORITHMS[cfg.algo.name](cfg, spec, torch.device("cpu"))
+        agents[setting] = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train))
     agents[True].load_state_dict(agents[False].state_dict())
     return agents, spec
 

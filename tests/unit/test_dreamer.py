@@ -9,6 +9,7 @@ import torch
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos.dreamer import Dreamer, DreamerConfig
 from rlfoundry.spec.load import load_config
+from rlfoundry.algos import Runtime
 
 TINY = ["algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.model.rssm.blocks=4", "algo.model.units=32",
         "algo.units=32", "algo.batch_size=4", "algo.batch_length=8"]
@@ -20,7 +21,7 @@ def agent_for(spec: str, overrides: list[str], **env):
         cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update=env)})
     envs, env_spec = envs_lib.make(cfg.env)
     torch.manual_seed(0)
-    return Dreamer(cfg, env_spec, torch.device("cpu")), envs
+    return Dreamer(cfg, env_spec, Runtime.of(cfg.train)), envs
 
 
 def test_a_named_size_fills_what_is_not_given():
@@ -61,7 +62,7 @@ def test_the_world_model_fits_a_fixed_batch():
     for _ in range(150):
         torch.manual_seed(0)
         terms, _ = model.loss(rssm.initial(4), obs[1:], rssm.action_input(actions[:-1]), rewards[1:],
-                              tensor(batch.is_first)[1:], tensor(batch.is_terminal)[1:], agent.discount)
+                              tensor(batch.is_first)[1:], tensor(batch.is_terminal)[1:], agent.gamma)
         losses.append({name: value.mean().item() for name, value in terms.items()})
         optimizer.zero_grad()
         terms["loss"].mean().backward()
@@ -78,7 +79,7 @@ def test_images_whose_size_the_cnns_cannot_halve_four_times_are_refused():
     envs, catch = envs_lib.make(cfg.env.model_copy(update={"id": "rlfoundry/Catch-v0"}))  # 20 × 16
     envs.close()
     with pytest.raises(ConfigError, match="divisible by 16"):
-        Dreamer(cfg, catch, torch.device("cpu"))
+        Dreamer(cfg, catch, Runtime.of(cfg.train))
 
 
 def test_the_image_encoder_and_decoder_keep_the_reference_shapes():

@@ -14,12 +14,13 @@ import pytest
 import torch
 
 from rlfoundry import envs as envs_lib
-from rlfoundry.algos import ALGORITHMS
+from rlfoundry.algos import algorithm
 from rlfoundry.envs import env_seed
 from rlfoundry.inspect.episode import read_csv, record_episode, write_csv, write_mp4
 from rlfoundry.run.policy import Policy
 from rlfoundry.run.video import offscreen, video_frame
 from rlfoundry.spec.load import load_config
+from rlfoundry.algos import Runtime
 
 SEED = 4
 
@@ -29,7 +30,7 @@ def fresh_policy(spec: str, *overrides: str, obs_stats=None) -> Policy:
     envs, env_spec = envs_lib.make(cfg.env, 1, evaluation=True)
     envs.close()
     torch.manual_seed(0)
-    agent = ALGORITHMS[cfg.algo.name](cfg, env_spec, torch.device("cpu"))
+    agent = algorithm(cfg.algo.name)(cfg, env_spec, Runtime.of(cfg.train))
     return Policy(cfg, agent, env_spec, obs_stats, 0, "fresh")
 
 

@@ -13,7 +13,9 @@ from rich.console import Console
 
 import rlfoundry
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.config.monitors import DEFAULT_MONITORS, MonitorsConfig
+from rlfoundry.algos import algorithms
+from rlfoundry.algos.registry import known_monitor_keys
+from rlfoundry.config.monitors import MonitorsConfig
 from rlfoundry.run.monitors import ALERTS, Monitors
 from rlfoundry.sinks.console import sparkline
 from rlfoundry.spec.load import load_config, validate
@@ -45,7 +47,7 @@ def feed(monitors: Monitors, key: str, values: list[float], start: int = 0) -> l
 
 
 def test_every_default_monitor_has_a_crafted_stream():
-    assert set(STREAMS) == {(algo, key) for algo, table in DEFAULT_MONITORS.items() for key in table}
+    assert set(STREAMS) == {(name, key) for name, cls in algorithms().items() for key in cls.monitors}
 
 
 @pytest.mark.parametrize(("algo", "key"), list(STREAMS), ids=[f"{a}:{k}" for a, k in STREAMS])
@@ -161,7 +163,8 @@ def test_a_resolved_config_keeps_only_the_overrides_given():
     dumped = cfg.model_dump(mode="json", by_alias=True)
     assert dumped["logging"]["monitors"]["metrics"] == {"loss/value": {"max": 10.0}}
     again = validate(json.loads(json.dumps(dumped)))
-    assert again.logging.monitors.resolve("ppo") == cfg.logging.monitors.resolve("ppo")
+    ppo = algorithms()["ppo"].monitors, known_monitor_keys()
+    assert again.logging.monitors.resolve("ppo", *ppo) == cfg.logging.monitors.resolve("ppo", *ppo)
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [

@@ -10,6 +10,7 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import PixelsConfig
 from rlfoundry.spec.load import load_config
 from rlfoundry.world_models import vision
+from rlfoundry.algos import Runtime
 
 
 def test_planet_defaults_are_the_papers():
@@ -37,12 +38,12 @@ def test_planet_plans_box_actions_from_vectors_or_64_pixel_images():
     envs, cartpole = envs_lib.make(cfg.env.model_copy(update={"id": "CartPole-v1"}))
     envs.close()
     with pytest.raises(ConfigError, match="plans 1-D Box actions"):
-        PlaNet(cfg, cartpole, torch.device("cpu"))
+        PlaNet(cfg, cartpole, Runtime.of(cfg.train))
     envs, small = envs_lib.make(cfg.env.model_copy(update={"id": "Pendulum-v1", "pixels": PixelsConfig(
         enabled=True, img_size=48)}))
     envs.close()
     with pytest.raises(ConfigError, match=r"uint8 images \[C, 64, 64\] \(PlaNet's CNNs\)"):
-        PlaNet(cfg, small, torch.device("cpu"))
+        PlaNet(cfg, small, Runtime.of(cfg.train))
 
 
 def test_planets_cnns_keep_the_papers_shapes_and_5_bit_inputs():
@@ -65,7 +66,7 @@ def test_planet_learns_from_pixels():
     envs, spec = envs_lib.make(cfg.env.model_copy(update={"id": "Pendulum-v1", "max_episode_steps": 16,
                                                           "pixels": PixelsConfig(enabled=True)}))
     torch.manual_seed(0)
-    agent = PlaNet(cfg, spec, torch.device("cpu"))
+    agent = PlaNet(cfg, spec, Runtime.of(cfg.train))
     losses = []
     for _ in range(8):
         metrics = agent.iterate(envs, 0.0).metrics

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import rlfoundry
-from rlfoundry.algos.base import Memory, rollout_collector
+from rlfoundry.algos.base import Memory
 from rlfoundry.algos.ppo import PPO
 from rlfoundry.buffers.rollout import (
     evaluate_minibatch, memory_columns, minibatches, split_at_episode_starts, to_sequences,
@@ -23,6 +23,7 @@ from rlfoundry.envs import make
 from rlfoundry.run import checkpoint
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.spec.load import load_config
+from rlfoundry.algos import Runtime
 
 CORES = ["lstm", "gru", "trxl", "gtrxl", "mamba", "mamba2"]
 
@@ -73,7 +74,7 @@ def agent_for(core: str, sequence_length: int):
     ])
     envs, spec = make(cfg.env)
     torch.manual_seed(0)
-    return PPO(cfg, spec, torch.device("cpu")), envs
+    return PPO(cfg, spec, Runtime.of(cfg.train)), envs
 
 
 @pytest.mark.parametrize("core", CORES)
@@ -82,7 +83,7 @@ def test_replayed_sequences_reproduce_the_collected_logprobs_and_values(core):
     reset_at_chunk_start = 0  # chunks whose stored memory is not zero but whose first row starts an episode
     try:
         for rollout_index in range(4):  # later rollouts start from memory carried over from the one before
-            rollout, _ = rollout_collector(agent, envs).collect(agent.policy)
+            rollout, _ = agent._collector(envs).collect(agent.policy)
             assert bool(rollout.starts[1:].any()), "the check needs episode starts inside the rollout"
             stored = memory_columns(rollout.states)[0][0].transpose(0, 1).flatten(1).ne(0).any(1)
             reset_at_chunk_start += int((stored & to_sequences(rollout.starts, 8)[0]).sum())
@@ -110,7 +111,7 @@ def test_collector_memory_travels_in_the_agent_state():
         assert any(key.startswith("memory.") for key in state["collector"])
         fresh, _ = agent_for("lstm", sequence_length=32)
         fresh.load_state_dict(state)
-        restored = rollout_collector(fresh, envs).memory
+        restored = fresh._collector(envs).memory
         for got, want in zip(restored, agent.collector.memory):
             for a, b in zip(got, want):
                 torch.testing.assert_close(a, b)

@@ -14,6 +14,7 @@ from rlfoundry.algos.sac import (
     sac_critic_loss,
     sac_soft_value,
 )
+from rlfoundry.algos import Runtime
 from rlfoundry.envs import EnvSpec
 from rlfoundry.nets.policy import (
     CategoricalActor,
@@ -114,7 +115,7 @@ def test_discrete_sac_agent_learns_one_step(tmp_path):
 
     cfg = load_config("CartPole-v1:sac", ["algo.learning_starts=0", "algo.batch_size=8", "train.device=cpu"])
     spec = EnvSpec("CartPole-v1", 1, gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2), "sync")
-    agent = SAC(cfg, spec, torch.device("cpu"))
+    agent = SAC(cfg, spec, Runtime.of(cfg.train))
     assert agent.target_entropy == pytest.approx(cfg.algo.target_entropy_scale * np.log(2))
     envs = gym.make_vec("CartPole-v1", 1, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP})

@@ -15,6 +15,7 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import make
 from rlfoundry.spec.schema import ExperimentConfig
 from rlfoundry.world_models.training import Adafactor, input_noise, scheduled_sampling_probability
+from rlfoundry.algos import Runtime
 
 TINY_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps": 1, "bottleneck_bits": 8,
                     "latent_state_size": 16, "posterior_filters": [8, 16], "reward_head_channels": 8}
@@ -39,7 +40,7 @@ def _agent(**algo) -> tuple[Simple, object]:
     cfg = _config(**algo)
     envs, spec = make(cfg.env)
     torch.manual_seed(0)
-    return Simple(cfg, spec, torch.device("cpu")), envs
+    return Simple(cfg, spec, Runtime.of(cfg.train)), envs
 
 
 def test_ppo_multiplier_is_simples_z():
@@ -148,12 +149,12 @@ def test_bad_settings_are_config_errors():
     cfg = ExperimentConfig.model_validate({"env": {"id": "CartPole-v1", "num_envs": 1}, "algo": {"name": "simple"}})
     envs, spec = make(cfg.env)
     with pytest.raises(ConfigError, match="frame stacks"):
-        Simple(cfg, spec, torch.device("cpu"))
+        Simple(cfg, spec, Runtime.of(cfg.train))
     envs.close()
     cfg = _config(world_model={**TINY_WORLD_MODEL, "compress_steps": 5})
     envs, spec = make(cfg.env)
     with pytest.raises(ConfigError, match="too small"):
-        Simple(cfg, spec, torch.device("cpu"))
+        Simple(cfg, spec, Runtime.of(cfg.train))
     envs.close()
 
 

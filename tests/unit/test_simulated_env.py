@@ -11,6 +11,7 @@ from rlfoundry.buffers.frames import FrameReplay
 from rlfoundry.buffers.rollout import RolloutCollector, gae
 from rlfoundry.world_models.next_frame import NextFrameConfig, NextFramePredictor
 from rlfoundry.world_models.simulated_env import SimulatedEnv
+from rlfoundry.algos import Runtime
 
 FRAME, STACKING, NUM_ACTIONS, ENVS, LENGTH = (3, 20, 16), 4, 3, 5, 6
 
@@ -130,7 +131,7 @@ def test_a_ppo_iteration_runs_on_it_without_host_copies():
         "network": {"encoder": "impala_cnn", "hidden_sizes": [32], "shared": True},
     })
     spec = EnvSpec("simulated", ENVS, env.single_observation_space, env.single_action_space, "simulated")
-    agent = PPO(cfg, spec, torch.device("cpu"))
+    agent = PPO(cfg, spec, Runtime.of(cfg.train))
     agent.collector = RolloutCollector(env, spec, LENGTH, torch.device("cpu"), seed=0)
     assert agent.collector.on_device and isinstance(agent.collector.rewards, torch.Tensor)
     for _ in range(2):

@@ -1,17 +1,9 @@
-"""Algorithms, one file each. The registry is an explicit dict."""
+"""Algorithms, one file each: an `Agent` subclass (the contract, `base`) of a family (`families`), found by
+`registry.algorithms()` with those that plugins register."""
 
-from rlfoundry.algos.a2c import A2C
-from rlfoundry.algos.base import Agent, Iteration
-from rlfoundry.algos.dqn import DQN
-from rlfoundry.algos.dreamer import Dreamer
-from rlfoundry.algos.planet import PlaNet
-from rlfoundry.algos.ppo import PPO
-from rlfoundry.algos.reinforce import REINFORCE
-from rlfoundry.algos.sac import SAC
-from rlfoundry.algos.simple import Simple
+from rlfoundry.algos.base import Agent, Iteration, Memory, Runtime
+from rlfoundry.algos.families import LatentAgent, OffPolicyAgent, OnPolicyAgent
+from rlfoundry.algos.registry import algorithm, algorithms
 
-ALGORITHMS: dict[str, type[Agent]] = {"ppo": PPO, "a2c": A2C, "reinforce": REINFORCE, "dqn": DQN, "sac": SAC,
-                                     "simple": Simple, "dreamer": Dreamer,
-                                     "planet": PlaNet}
-
-__all__ = ["ALGORITHMS", "Agent", "Iteration"]
+__all__ = ["Agent", "Iteration", "LatentAgent", "Memory", "OffPolicyAgent", "OnPolicyAgent", "Runtime", "algorithm",
+           "algorithms"]

@@ -17,23 +17,18 @@ Deliberate choices, with their sources:
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import (
-    Agent, Iteration, Memory, actor_critic_state, autocast, compile_policy, finish_iteration, load_actor_critic_state,
-    predict_actions, rollout_collector,
-)
+from rlfoundry.algos.families import OnPolicyAgent
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.algos.ppo import explained_variance
 from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatches
 from rlfoundry.config.base import StrictModel
+from rlfoundry.config.monitors import ENTROPY_COLLAPSE, GRAD_EXPLOSION, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.nets import build_actor_critic
 
 
 class A2CConfig(StrictModel):
@@ -78,23 +73,17 @@ def a2c_loss(
     return loss, stats
 
 
-class A2C(Agent):
-    def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self.device = cfg, spec, device
-        self.algo: A2CConfig = cfg.algo
-        self.policy = build_actor_critic(spec, cfg.network).to(device)
-        self.optimizer = FlatOptimizer(self.policy, self.algo.lr(0.0), self.algo.optimizer_eps, self.algo.max_grad_norm,
-                                       kind=self.algo.optimizer)
-        self.collector = None
-        self.resume_collector: dict[str, np.ndarray] | None = None
-        self.autocast = lambda: autocast(device, cfg.train.precision)
-        compile_policy(self.policy, cfg.train.compile)
+class A2C(OnPolicyAgent):
+    name = "a2c"
+    config = A2CConfig
+    monitors = {"loss/entropy": ENTROPY_COLLAPSE, "loss/value": VALUE_BLOWUP, "diag/grad_norm": GRAD_EXPLOSION}
 
-    def iterate(self, envs, progress: float) -> Iteration:
+    def make_optimizer(self) -> FlatOptimizer:
         algo = self.algo
-        with self.autocast():
-            rollout, collected = rollout_collector(self, envs).collect(self.policy)
-        start = time.perf_counter()
+        return FlatOptimizer(self.policy, algo.lr(0.0), algo.optimizer_eps, algo.max_grad_norm, kind=algo.optimizer)
+
+    def learn(self, rollout, progress: float) -> dict[str, float]:
+        algo = self.algo
         advantages = gae(rollout.rewards, rollout.values, rollout.next_values, rollout.terminated, rollout.dones,
                          algo.gamma, algo.gae_lambda)
         returns = advantages + rollout.values
@@ -119,13 +108,4 @@ class A2C(Agent):
             "diag/lr": lr,
             "diag/ent_coef": ent_coef,
         })
-        return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
-
-    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
-        return predict_actions(self, obs, deterministic, memory)
-
-    def state_dict(self) -> dict[str, Any]:
-        return actor_critic_state(self)  # policy, optimizer, the collector's next observation
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_actor_critic_state(self, state)
+        return metrics

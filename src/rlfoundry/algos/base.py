@@ -1,17 +1,28 @@
-"""The interface the trainer drives. Every algorithm is one `Agent` subclass in its own file."""
+"""The contract every algorithm keeps: one `Agent` subclass in its own file, and nothing registered elsewhere.
+
+What the rest of rlfoundry needs to know of an algorithm is said once, on its class: the config class of its `algo`
+section, whether it takes memory cores, runs across processes or compiles, its default metric monitors, how a smoke
+run shrinks it, the γ its returns are discounted with, the outputs the episode inspector shows and the network
+`rlfoundry export` writes. The tables the config schema, the trainer, the smoke check, the inspector and the export
+read are views of these facts (`rlfoundry.algos.registry`). The family bases in `rlfoundry.algos.families` write
+each kind of loop once (on-policy, off-policy, latent world model); an algorithm fills in its loss and its update.
+"""
 
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from rlfoundry.buffers.rollout import RolloutCollector
-from rlfoundry.envs import env_seed
+from rlfoundry.config.base import StrictModel
+from rlfoundry.config.monitors import MonitorRule
 
 
 class Iteration(NamedTuple):
@@ -31,7 +42,7 @@ class Memory:
     """
 
     def __init__(self) -> None:
-        self.state = None
+        self.state: Any = None
         self.starts: np.ndarray | None = None  # [B], true where the next observation begins an episode
         self._ended: np.ndarray | None = None
 
@@ -39,72 +50,114 @@ class Memory:
         self.starts, self._ended = self._ended, np.asarray(done, dtype=bool)
 
 
-class Agent:
-    """One iteration = collect some experience, then learn from it."""
+@dataclass(frozen=True)
+class Runtime:
+    """Where and how an agent computes: its device, `train.precision` and `train.compile` as the run resolved them.
+    The trainer hands it to the agent; agents read these here, never from `cfg.train`."""
 
-    device: torch.device  # where the agent's networks live
-    # Whether `train.compile` compiles anything of this agent; where not, `true` runs eager with a warning.
-    compiles: bool = True
+    device: torch.device
+    precision: str = "fp32"  # fp32 or bf16 (autocast)
+    compile: bool = False  # torch.compile the agent's hot paths
 
-    def iterate(self, envs: VectorEnv, progress: float) -> Iteration:
-        """`progress` is the fraction of training done (0 → 1), for schedules."""
-        raise NotImplementedError
+    @classmethod
+    def of(cls, train_cfg, device: torch.device | str = "cpu") -> Runtime:
+        """The runtime of a config's `train` section (an unresolved `auto` compiles nothing, and means fp32)."""
+        precision = train_cfg.precision if train_cfg.precision in ("fp32", "bf16") else "fp32"
+        return cls(torch.device(device), precision, train_cfg.compile is True)
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
-        """Actions for a batch of observations, as the env takes them. A recurrent policy keeps its state
-        across calls in `memory` (one per vector env); feed-forward ones ignore it."""
-        raise NotImplementedError
+    def autocast(self) -> AbstractContextManager:
+        """The mixed-precision context: bf16 autocast, or no context at all for fp32 (entering a disabled autocast
+        costs 2 µs, several times per gradient step)."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
 
-    def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+    def compiled(self, fn: Callable) -> Callable:
+        """`fn` through torch.compile when the run compiles (the first calls then compile, for tens of seconds on a
+        CPU); `fn` itself otherwise."""
+        return torch.compile(fn) if self.compile else fn
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError
+    def compile_modules(self, *modules: torch.nn.Module) -> None:
+        """Each network's forward pass compiled in place (its state dict keeps its names) when the run compiles."""
+        if self.compile:
+            for module in modules:
+                module.compile()
 
-    def forget_env_position(self) -> None:
-        """After a resume whose envs could not be restored (they are reset): drop what the agent
-        remembers of the envs' current step, so its first iteration starts from a reset."""
-        self.resume_collector = None
 
+class Agent(ABC):
+    """One iteration = collect some experience, then learn from it.
+
+    A concrete algorithm sets `name` and `config`; the other class-level facts have defaults that fit most. Built as
+    `Algo(cfg, spec, runtime)`: the run's resolved config, the env's `EnvSpec`, and the `Runtime`.
+    """
+
+    name: ClassVar[str]  # algo.name in configs and ENV_ID:ALGO specs
+    config: ClassVar[type[StrictModel]]  # the `algo` section's schema (its `name` field is Literal[name])
+    memory_cores: ClassVar[bool] = False  # network.core may be a memory core (it replays stored sequences)
+    distributed: ClassVar[bool] = False  # runs across processes (`--nproc`, torchrun): one all-reduced gradient
+    compiles: ClassVar[bool] = True  # train.compile compiles something; where not, true runs eager with a warning
+    compile_by_default: ClassVar[bool] = False  # train.compile=auto compiles (measured to pay off on long runs)
+    monitors: ClassVar[Mapping[str, MonitorRule]] = {}  # default monitors by metric key, with their sources
+    smoke: ClassVar[tuple[str, ...]] = ()  # overrides that shrink a run to one short iteration (presets --smoke)
     # Why the trainer's envs are not the ones the agent steps (e.g. they live in actor processes), or None:
     # their state then is not checkpointed, and a resume resets the agent's envs (logged as for other envs).
     envs_elsewhere: str | None = None
 
+    def __init__(self, cfg, spec, runtime: Runtime):
+        self.cfg, self.spec, self.runtime = cfg, spec, runtime
+        self.algo = cfg.algo
+        self.device = runtime.device
+        self.autocast = runtime.autocast
+
+    @classmethod
+    def smoke_overrides(cls, env_id: str) -> tuple[list[str], int]:
+        """The overrides that shrink a run of this algorithm on `env_id` for the smoke check, and its env steps:
+        2 envs × 64 steps unless the algorithm says otherwise."""
+        return ["env.num_envs=2", *cls.smoke], 2 * 64
+
+    @abstractmethod
+    def iterate(self, envs: VectorEnv, progress: float) -> Iteration:
+        """`progress` is the fraction of training done (0 → 1), for schedules."""
+
+    @abstractmethod
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
+        """Actions for a batch of observations, as the env takes them. A recurrent policy keeps its state
+        across calls in `memory` (one per vector env); feed-forward ones ignore it."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs, by part: tensors (weights, optimizers), numpy arrays (replay), JSON."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    @property
+    def gamma(self) -> float:
+        """The γ the algorithm discounts returns with (the episode inspector's returns-to-go)."""
+        return float(self.algo.gamma)
+
+    def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
+        """The episode inspector's view of one step: the agent's network outputs on `obs` [1, ...] (as the networks
+        take it), given the `action` it chose and its memory before and after. Keys, each optional: probs [A],
+        mean [A], std [A], q [A], value (float), memory_norm (float)."""
+        return {}
+
+    def acting_network(self) -> torch.nn.Module | None:
+        """The network `rlfoundry export` writes: forward(obs, *memory) -> actions (deterministic, as the env takes
+        them) or (actions, *new memory), with `initial_state(batch_size)` -> the memory tensors at an episode's
+        start (empty for feed-forward). None for agents whose actions come from planning with a world model."""
+        return None
+
+    def synced_parameters(self) -> torch.Tensor:
+        """For `distributed` agents: the flat parameters every process must hold identically."""
+        raise NotImplementedError(f"{self.name} does not run across processes")
+
+    def forget_env_position(self) -> None:
+        """After a resume whose envs could not be restored (they are reset): drop what the agent remembers of the
+        envs' current step, so its first iteration starts from a reset."""
+
     def close(self) -> None:
         """Release what the agent runs besides its networks (actor processes); the trainer calls it at the end."""
-
-
-def autocast(device: torch.device, precision: str) -> AbstractContextManager:
-    """The mixed-precision context for `train.precision`: a no-op for fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def compiled(fn, setting: bool | str):
-    """`fn` through torch.compile when `train.compile` resolved to true (the first calls then compile, for tens of
-    seconds on a CPU); `fn` itself otherwise (false, or an unresolved auto)."""
-    return torch.compile(fn) if setting is True else fn
-
-
-def compile_policy(policy, setting: bool | str, learning: bool = True) -> None:
-    """train.compile for an actor-critic: its acting (`act`, as the collector calls it) and, with `learning`, its
-    update's forward pass (`evaluate`) compiled in place; nothing when the setting is not true."""
-    if setting is True:
-        policy.act = compiled(policy.act, True)
-        if learning:
-            policy.evaluate = compiled(policy.evaluate, True)
-
-
-def compile_modules(setting: bool | str, *modules: torch.nn.Module) -> None:
-    """train.compile for agents whose update interleaves several networks and optimizers (DQN, SAC): each network's
-    forward pass compiled in place (its state dict keeps its names), for acting and learning alike."""
-    if setting is True:
-        for module in modules:
-            module.compile()
-
-
-# ---------------------------------------------------------------- shared by the on-policy actor-critics
-# (PPO, A2C, REINFORCE): agents with `policy` (an ActorCritic), `optimizer` (a FlatOptimizer), `collector`
-# (a RolloutCollector, or None before the first iteration) and `resume_collector`.
 
 
 def finish_iteration(collected, steps: int, metrics: dict[str, float], learn_start: float) -> Iteration:
@@ -114,89 +167,11 @@ def finish_iteration(collected, steps: int, metrics: dict[str, float], learn_sta
     return Iteration(steps, metrics, collected.episode_returns, collected.episode_lengths)
 
 
-def rollout_collector(agent, envs) -> RolloutCollector:
-    """The agent's collector, built at its first iteration; after a resume it continues from the restored envs
-    (`resume_collector`) instead of resetting them."""
-    if agent.collector is None:
-        algo = agent.algo
-        sequence_length = (getattr(algo, "sequence_length", None) or algo.num_steps) if agent.policy.recurrent else None
-        agent.collector = RolloutCollector(envs, agent.spec, algo.num_steps, agent.device, agent.cfg.train.seed,
-                                           resume=agent.resume_collector, sequence_length=sequence_length)
-    return agent.collector
-
-
-def predict_actions(agent, obs: np.ndarray, deterministic: bool, memory: Memory | None) -> np.ndarray:
-    """Actions for a batch of observations, as the env takes them (Gaussian means/samples clipped)."""
-    spec, policy = agent.spec, agent.policy
-    with torch.inference_mode(), agent.autocast():
-        tensor = torch.as_tensor(np.asarray(obs, dtype=spec.obs_dtype), device=agent.device)
-        if not policy.recurrent:
-            actions = policy.predict(tensor, deterministic)[0].cpu().numpy()
-        else:
-            if memory is None:
-                raise ValueError("a recurrent policy needs a Memory to carry its state between predict calls")
-            state = memory.state if memory.state is not None else policy.initial_state(len(tensor))
-            starts = None if memory.starts is None else torch.as_tensor(memory.starts, device=agent.device)
-            out, memory.state = policy.predict(tensor, deterministic, state, starts)
-            actions = out.cpu().numpy()
-    if spec.discrete:
-        return actions
-    return np.clip(actions, spec.action_space.low, spec.action_space.high)
-
-
-def actor_critic_state(agent) -> dict[str, Any]:
-    state = {"policy": agent.policy.state_dict(), "optimizer": agent.optimizer.state_dict()}
-    if agent.collector is not None:  # the observation the next rollout starts from
-        state["collector"] = {key: torch.from_numpy(value) for key, value in agent.collector.state().items()}
-    return state
-
-
-def load_actor_critic_state(agent, state: dict[str, Any]) -> None:
-    agent.policy.load_state_dict(state["policy"])
-    agent.optimizer.load_state_dict(state["optimizer"])
-    if "collector" in state:  # used when the first iteration builds the collector: no env reset
-        agent.resume_collector = {key: value.numpy() for key, value in state["collector"].items()}
-
-
-# ---------------------------------------------------------------- shared by the latent-model agents (DreamerV3,
-# PlaNet): agents with `obs` (None before the first step), `memory` (the acting state), `replay` (a SequenceReplay),
-# `env_steps`, and `_learn()` (one update's metrics).
-
-
-def latent_iteration(agent, envs, steps: int, choose, owed) -> Iteration:
-    """`steps` vector steps: `choose(obs)` -> (actions in the replay's units, their latents or None), the env
-    stepped with them in its own units (`to_env(actions)` of the agent), each step stored; after each, `owed(done)`
-    updates (`agent._learn()`, their metrics averaged)."""
-    if agent.obs is None:
-        agent.obs, _ = envs.reset(seed=env_seed(agent.cfg.train.seed))
-        agent.replay.start(agent.obs)
-        agent.memory = Memory()
-    returns, lengths, totals = [], [], {}
-    time_env = time_act = time_learn = 0.0
-    updates = 0
+def averaged(steps: int, step: Callable[[], Mapping[str, torch.Tensor | float]]) -> dict[str, float]:
+    """`steps` calls of `step` (one update each); the mean of each of their metrics. Tensors are summed on their
+    device and read once at the end, not once per update."""
+    totals: dict[str, Any] = {}
     for _ in range(steps):
-        tick = time.perf_counter()
-        actions, latents = choose(agent.obs)
-        middle = time.perf_counter()
-        next_obs, rewards, terminated, truncated, info = envs.step(agent.to_env(actions))
-        time_act += middle - tick
-        time_env += time.perf_counter() - middle
-        done = terminated | truncated
-        agent.replay.add(actions, latents, next_obs, rewards, terminated, truncated)
-        agent.memory.ended(done)
-        agent.obs = next_obs
-        agent.env_steps += agent.spec.num_envs
-        if "_episode" in info:
-            ended = info["_episode"]
-            returns.extend(info["episode"]["r"][ended].tolist())
-            lengths.extend(info["episode"]["l"][ended].tolist())
-        start = time.perf_counter()
-        for _ in range(owed(done)):
-            for key, value in agent._learn().items():
-                totals[key] = totals.get(key, 0.0) + float(value)
-            updates += 1
-        time_learn += time.perf_counter() - start
-    metrics = {key: value / updates for key, value in totals.items()}
-    metrics.update({"diag/replay_size": float(len(agent.replay)), "diag/updates": float(agent.updates),
-                    "time/env": time_env, "time/act": time_act, "time/learn": time_learn})
-    return Iteration(steps * agent.spec.num_envs, metrics, returns, lengths)
+        for key, value in step().items():
+            totals[key] = totals.get(key, 0.0) + value
+    return {key: float(value) / steps for key, value in totals.items()}

@@ -19,24 +19,21 @@ replay's n-step discounts carry that); reset rows of NEXT_STEP autoreset never e
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Agent, Iteration, autocast, compile_modules, finish_iteration
+from rlfoundry.algos.base import Runtime
+from rlfoundry.algos.families import OffPolicyAgent
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.buffers import sized_by
-from rlfoundry.buffers.replay import (
-    PrioritizedReplayBuffer, ReplayBuffer, collect, load_replay_state, replay_state, start_envs,
-)
 from rlfoundry.config.base import StrictModel
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.envs import env_seed, frame_stack
 from rlfoundry.nets.flat import flatten_parameters
-from rlfoundry.nets.policy import QNetwork
+from rlfoundry.nets.policy import Greedy, QNetwork
 
 
 class DQNConfig(StrictModel):
@@ -86,74 +83,55 @@ def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
     return loss, {"loss/q": loss.detach(), "diag/q_mean": q_taken.detach().mean()}
 
 
-class DQN(Agent):
-    def __init__(self, cfg, spec, device: torch.device):
-        if not spec.discrete:
-            from rlfoundry.config.errors import ConfigError
+class DQN(OffPolicyAgent):
+    name = "dqn"
+    config = DQNConfig
+    monitors = {"diag/q_mean": Q_DIVERGENCE, "loss/q": VALUE_BLOWUP}
 
+    def __init__(self, cfg, spec, runtime: Runtime):
+        if not spec.discrete:
             raise ConfigError(f"algo.name = 'dqn': {spec.id} has continuous actions; DQN needs Discrete (try sac)")
-        self.cfg, self.spec, self.device = cfg, spec, device
-        self.algo: DQNConfig = cfg.algo
-        self.q = QNetwork(spec, cfg.network, self.algo.dueling).to(device)
+        super().__init__(cfg, spec, runtime)
+        algo = self.algo
+        self.q = QNetwork(spec, cfg.network, algo.dueling).to(self.device)
         self.target = copy.deepcopy(self.q)
-        self.optimizer = FlatOptimizer(self.q, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
+        self.optimizer = FlatOptimizer(self.q, algo.lr(0.0), algo.adam_eps, algo.max_grad_norm)
         self.target_flat = flatten_parameters(self.target).requires_grad_(False)
-        replay = PrioritizedReplayBuffer if self.algo.prioritized else ReplayBuffer
-        extra = {"alpha": self.algo.per_alpha} if self.algo.prioritized else {}
-        with sized_by("algo.buffer_size", self.algo.buffer_size):
-            self.replay = replay(self.algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, (), np.int64,
-                                 n_step=self.algo.n_step, gamma=self.algo.gamma, frame_stack=frame_stack(cfg.env),
-                                 **extra)
-        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))  # ε-greedy draws and replay sampling
-        self.obs: np.ndarray | None = None
-        self.env_steps = 0
-        self.next_target_update = self.algo.target_update_interval
-        self.autocast = lambda: autocast(device, cfg.train.precision)
-        compile_modules(cfg.train.compile, self.q, self.target)
+        self.replay = self.make_replay((), np.int64, algo.prioritized,
+                                       **({"alpha": algo.per_alpha} if algo.prioritized else {}))
+        self.next_target_update = algo.target_update_interval
+        self.epsilon = algo.exploration_initial_eps
+        runtime.compile_modules(self.q, self.target)
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode(), self.autocast():
             tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
             return self.q(tensor).argmax(-1).cpu().numpy()
 
-    def _epsilon(self, progress: float) -> float:
+    def schedule(self, progress: float) -> None:
         algo = self.algo
         done = min(1.0, progress / algo.exploration_fraction)
-        return algo.exploration_initial_eps + done * (algo.exploration_final_eps - algo.exploration_initial_eps)
+        self.epsilon = algo.exploration_initial_eps + done * (algo.exploration_final_eps - algo.exploration_initial_eps)
+        self.optimizer.set_lr(algo.lr(progress))
 
-    def iterate(self, envs, progress: float) -> Iteration:
-        algo, num_envs = self.algo, self.spec.num_envs
-        if self.obs is None:
-            self.obs = start_envs(envs, self.replay, self.cfg.train.seed)
-        epsilon = self._epsilon(progress)
+    def diagnostics(self) -> dict[str, float]:
+        return {"diag/epsilon": self.epsilon}
 
-        def choose(obs: np.ndarray) -> np.ndarray:  # ε-greedy
-            actions = self._greedy(obs)
-            explore = self.rng.random(num_envs) < epsilon
-            return np.where(explore, self.rng.integers(self.spec.action_space.n, size=num_envs), actions)
+    def explore(self, obs: np.ndarray) -> np.ndarray:  # ε-greedy
+        num_envs = self.spec.num_envs
+        actions = self._greedy(obs)
+        explore = self.rng.random(num_envs) < self.epsilon
+        return np.where(explore, self.rng.integers(self.spec.action_space.n, size=num_envs), actions)
 
-        collected = collect(envs, self.replay, self.obs, choose, algo.train_freq)
-        self.obs = collected.obs
-        self.env_steps += algo.train_freq * num_envs
-
-        start = time.perf_counter()
-        metrics: dict[str, float] = {"diag/epsilon": epsilon, "diag/replay_size": float(len(self.replay))}
-        if self.env_steps >= algo.learning_starts and len(self.replay) >= algo.batch_size:
-            self.optimizer.set_lr(algo.lr(progress))
-            beta = algo.per_beta + progress * (1.0 - algo.per_beta)
-            totals: dict[str, float] = {}
-            for _ in range(algo.gradient_steps):
-                for key, value in self._learn(beta).items():
-                    totals[key] = totals.get(key, 0.0) + value
-            metrics.update({key: float(value) / algo.gradient_steps for key, value in totals.items()})
+    def after_updates(self) -> None:
         while self.env_steps >= self.next_target_update:
-            self.target_flat.data.lerp_(self.optimizer.flat.data, algo.tau)  # τ = 1: an exact copy
-            self.next_target_update += algo.target_update_interval
-        return finish_iteration(collected, algo.train_freq * num_envs, metrics, start)
+            self.target_flat.data.lerp_(self.optimizer.flat.data, self.algo.tau)  # τ = 1: an exact copy
+            self.next_target_update += self.algo.target_update_interval
 
-    def _learn(self, beta: float) -> dict[str, torch.Tensor]:
+    def update(self, progress: float) -> dict[str, torch.Tensor]:
         algo = self.algo
         if algo.prioritized:
+            beta = algo.per_beta + progress * (1.0 - algo.per_beta)  # annealed to 1
             batch = self.replay.sample(algo.batch_size, self.rng, beta=beta)
         else:
             batch = self.replay.sample(algo.batch_size, self.rng)
@@ -174,9 +152,6 @@ class DQN(Agent):
             self.replay.update_priorities(batch.indices, (q_taken.detach() - targets).abs().cpu().numpy())
         return stats
 
-    def forget_env_position(self) -> None:
-        self.obs = None
-
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
         """Greedy actions (ε-greedy with the final ε when not deterministic, drawn from NumPy's global generator,
         which an evaluation gives a state of its own: the agent's generator, that training draws from, is not
@@ -187,19 +162,20 @@ class DQN(Agent):
         explore = np.random.random(len(actions)) < self.algo.exploration_final_eps
         return np.where(explore, np.random.randint(self.spec.action_space.n, size=len(actions)), actions)
 
+    def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
+        with torch.inference_mode(), self.autocast():
+            q = self.q(obs)[0].float().cpu().numpy()
+        return {"q": q, "value": float(q[int(action)])}
+
+    def acting_network(self) -> torch.nn.Module:
+        return Greedy(self.q)
+
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "q": self.q.state_dict(), "target": self.target.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "replay": replay_state(self.replay, self.obs),  # numpy arrays: they go to the checkpoint's .npz
-            "counters": {"env_steps": self.env_steps, "next_target_update": self.next_target_update,
-                         "rng": self.rng.bit_generator.state},
-        }
+        return {"q": self.q.state_dict(), "target": self.target.state_dict(), "optimizer": self.optimizer.state_dict(),
+                **self.replay_state(next_target_update=self.next_target_update)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.q.load_state_dict(state["q"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.obs = load_replay_state(self.replay, state["replay"])
-        counters = state["counters"]
-        self.env_steps, self.next_target_update = counters["env_steps"], counters["next_target_update"]
-        self.rng.bit_generator.state = counters["rng"]
+        self.next_target_update = self.load_replay_state(state)["next_target_update"]

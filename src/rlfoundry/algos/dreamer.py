@@ -36,18 +36,18 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 from torch import nn
 from torch.distributions import Categorical
 
-from rlfoundry.algos.base import Agent, Iteration, Memory, latent_iteration
+from rlfoundry.algos.base import Memory, Runtime
+from rlfoundry.algos.families import LatentAgent
 from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.envs import env_seed
 from rlfoundry.world_models import dists
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
 from rlfoundry.world_models.latent import (
     ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, env_defaults, observe_latest,
-    restore_acting, time_major, to_env_actions,
+    restore_acting, time_major,
 )
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM
@@ -137,14 +137,15 @@ def policy_distribution(out: torch.Tensor, discrete: bool, min_std: float, max_s
     return dists.bounded_normal(out, min_std, max_std)
 
 
-class Dreamer(Agent):
-    # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes of compiling (README)
-    compiles = False
+class Dreamer(LatentAgent):
+    name = "dreamer"
+    config = DreamerConfig
+    # its model size as given, windows of 2 × 8 steps, updates from the 8th step on, 1 per 16 env steps
+    smoke = ("algo.batch_size=2", "algo.batch_length=8", "algo.train_ratio=1", "algo.collect_steps=16")
 
-    def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self.device = cfg, spec, device
-        self.algo: DreamerConfig = cfg.algo
-        algo = self.algo
+    def __init__(self, cfg, spec, runtime: Runtime):
+        super().__init__(cfg, spec, runtime)
+        algo, device = self.algo, self.device
         check_observations(spec, algo.model.cnn, "dreamer", "DreamerV3")
         self.discrete = spec.discrete
         if not self.discrete and len(spec.action_space.shape) != 1:
@@ -167,12 +168,6 @@ class Dreamer(Agent):
         with sized_by("algo.replay_size", capacity):
             self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
                                          action_dtype, feature_size, algo.batch_length if algo.replay_online else None)
-        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
-        self.discount = 1.0 - 1.0 / algo.horizon
-        self.obs: np.ndarray | None = None  # the observation the next step starts from
-        self.memory = Memory()  # the acting state: (State, previous actions) and which observations begin episodes
-        self.env_steps = 0
-        self.updates = 0
         self.ratio_last: float | None = None  # the reference's Ratio: env steps accounted for so far
 
     # ------------------------------------------------------------------ acting
@@ -197,7 +192,11 @@ class Dreamer(Agent):
 
     # ------------------------------------------------------------------ the loop
 
-    def _updates_owed(self) -> int:
+    @property
+    def gamma(self) -> float:
+        return 1.0 - 1.0 / self.algo.horizon
+
+    def updates_owed(self, done: np.ndarray) -> int:
         """The reference's `Ratio(train_ratio / (batch_size · batch_length))` at the current env step."""
         if len(self.replay) < self.algo.batch_size * self.algo.batch_length \
                 or self.replay.starts(self.algo.batch_length) <= 0:
@@ -210,16 +209,20 @@ class Dreamer(Agent):
         self.ratio_last += owed / rate
         return owed
 
-    def iterate(self, envs, progress: float) -> Iteration:
-        return latent_iteration(self, envs, self.algo.collect_steps,
-                                lambda obs: self._act(obs, self.memory, sample=True), lambda done: self._updates_owed())
+    def explore(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._act(obs, self.memory, sample=True)
 
-    def to_env(self, actions: np.ndarray) -> np.ndarray:
-        return to_env_actions(actions, self.spec.action_space)
+    def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
+        """The critic's value of the posterior state after o_t (what `act` just computed; its memory is (state,
+        action))."""
+        latent, _ = after
+        with torch.inference_mode():
+            value = self.model.twohot.mean(self.critic(RSSM.features(latent)))
+        return {"value": float(value[0])}
 
     # ------------------------------------------------------------------ one update
 
-    def _learn(self) -> dict[str, torch.Tensor]:
+    def update(self) -> dict[str, torch.Tensor]:
         algo = self.algo
         batch = self.replay.sample(algo.batch_size, algo.batch_length, self.rng)
         obs, actions, rewards, is_first, is_terminal = time_major(batch, self.device)
@@ -227,7 +230,7 @@ class Dreamer(Agent):
         context = torch.as_tensor(batch.latents[:, 0] * batch.has_latent[:, 0, None], device=self.device)
         rssm = self.model.rssm
         terms, states = self.model.loss(rssm.state_of(context), obs[1:], rssm.action_input(actions[:-1]),
-                                        rewards[1:], is_first[1:], is_terminal[1:], self.discount)
+                                        rewards[1:], is_first[1:], is_terminal[1:], self.gamma)
         feats = RSSM.features(states)  # [T, B, F]
         imagined = self._imagine(feats.detach().flatten(0, 1))
         policy_loss, value_loss, returns, stats = self._actor_critic_losses(*imagined)
@@ -296,16 +299,13 @@ class Dreamer(Agent):
         last = terminal.clone()  # a step is an episode's last when it terminates or the next one starts afresh
         last[:-1] = torch.maximum(last[:-1], is_first[1:].float())
         with torch.no_grad():
-            targets = lambda_returns(rewards, self.discount * (1 - terminal), boot, algo.lam * (1 - last))
+            targets = lambda_returns(rewards, self.gamma * (1 - terminal), boot, algo.lam * (1 - last))
             slow = twohot.mean(self.slow_critic(feats[:-1]))
         logits = self.critic(feats[:-1])
         per_step = twohot.loss(logits, targets) + algo.slowreg * twohot.loss(logits, slow)
         return ((1 - last[:-1]) * per_step).mean()
 
     # ------------------------------------------------------------------ checkpoints
-
-    def forget_env_position(self) -> None:
-        self.obs = None
 
     def state_dict(self) -> dict[str, Any]:
         return {

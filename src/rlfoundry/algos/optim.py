@@ -130,3 +130,16 @@ class FlatOptimizer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state)
+
+
+@contextlib.contextmanager
+def frozen(module: torch.nn.Module):
+    """`module`'s parameters require no gradients inside: a backward then skips computing them."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)

@@ -28,15 +28,15 @@ import numpy as np
 import torch
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from rlfoundry.algos.base import Agent, Iteration, Memory, latent_iteration
+from rlfoundry.algos.base import Memory, Runtime
+from rlfoundry.algos.families import LatentAgent
 from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.envs import env_seed
 from rlfoundry.world_models.latent import (
     ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, env_defaults, observe_latest,
-    restore_acting, time_major, to_env_actions,
+    restore_acting, time_major,
 )
 from rlfoundry.world_models.planning import cross_entropy_method
 from rlfoundry.world_models.rssm import RSSM
@@ -97,14 +97,16 @@ class PlaNetConfig(StrictModel):
         return {"env": env_defaults(observation_space, env_id), "train": {"total_timesteps": 100_000}}
 
 
-class PlaNet(Agent):
-    # no compiled path: its update is the RSSM's, whose compiled loss was no faster than eager for DreamerV3 (README)
-    compiles = False
+class PlaNet(LatentAgent):
+    name = "planet"
+    config = PlaNetConfig
+    # its model, a small plan (16 candidates, 2 iterations), 2 updates per episode
+    smoke = ("algo.batch_size=2", "algo.batch_length=8", "algo.seed_episodes=1", "algo.updates_per_episode=2",
+             "algo.candidates=16", "algo.top_k=4", "algo.iterations=2", "algo.collect_steps=16")
 
-    def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self.device = cfg, spec, device
-        self.algo: PlaNetConfig = cfg.algo
-        algo = self.algo
+    def __init__(self, cfg, spec, runtime: Runtime):
+        super().__init__(cfg, spec, runtime)
+        algo, device = self.algo, self.device
         check_observations(spec, algo.model.cnn, "planet", "PlaNet")
         if spec.discrete or len(spec.action_space.shape) != 1:
             raise ConfigError(f"algo.name = 'planet': {spec.id} has {spec.action_space} actions; PlaNet plans 1-D Box "
@@ -117,10 +119,7 @@ class PlaNet(Agent):
         with sized_by("algo.replay_size", capacity):
             self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, (self.action_size,),
                                          np.float32, self.model.rssm.feature_size)
-        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
-        self.obs: np.ndarray | None = None
-        self.memory = Memory()
-        self.env_steps = self.updates = self.episodes = self.owed = 0
+        self.episodes = self.owed = 0
 
     # ------------------------------------------------------------------ acting
 
@@ -155,28 +154,26 @@ class PlaNet(Agent):
 
     # ------------------------------------------------------------------ the loop
 
-    def iterate(self, envs, progress: float) -> Iteration:
+    @property
+    def gamma(self) -> float:
+        return 1.0  # PlaNet plans undiscounted reward sums
+
+    def explore(self, obs: np.ndarray) -> tuple[np.ndarray, None]:
+        seeding = self.episodes < self.algo.seed_episodes
+        return self._plan(obs, self.memory, self.algo.action_noise, random=seeding), None
+
+    def updates_owed(self, done: np.ndarray) -> int:
+        """`updates_per_episode` for each episode that ends after the seed episodes, once the replay has a window."""
         algo = self.algo
+        for _ in range(int(done.sum())):
+            self.episodes += 1
+            if self.episodes >= algo.seed_episodes:
+                self.owed += algo.updates_per_episode
+        due = self.owed if self.replay.starts(algo.batch_length - 1) > 0 else 0
+        self.owed -= due
+        return due
 
-        def choose(obs: np.ndarray) -> tuple[np.ndarray, None]:
-            seeding = self.episodes < algo.seed_episodes
-            return self._plan(obs, self.memory, algo.action_noise, random=seeding), None
-
-        def owed(done: np.ndarray) -> int:
-            for _ in range(int(done.sum())):
-                self.episodes += 1
-                if self.episodes >= algo.seed_episodes:
-                    self.owed += algo.updates_per_episode
-            due = self.owed if self.replay.starts(algo.batch_length - 1) > 0 else 0
-            self.owed -= due
-            return due
-
-        return latent_iteration(self, envs, algo.collect_steps, choose, owed)
-
-    def to_env(self, actions: np.ndarray) -> np.ndarray:
-        return to_env_actions(actions, self.spec.action_space)
-
-    def _learn(self) -> dict[str, torch.Tensor]:
+    def update(self) -> dict[str, torch.Tensor]:
         algo = self.algo
         # windows of batch_length steps: the replay's context row is the first observed step here (PlaNet starts
         # every window from the zero state, with the action before its first step unknown, i.e. zero)
@@ -200,9 +197,6 @@ class PlaNet(Agent):
         return out
 
     # ------------------------------------------------------------------ checkpoints
-
-    def forget_env_position(self) -> None:
-        self.obs = None
 
     def state_dict(self) -> dict[str, Any]:
         return {

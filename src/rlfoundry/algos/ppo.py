@@ -23,23 +23,18 @@ Deliberate choices, with their sources:
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from pydantic import Field, PositiveInt, field_validator
 
-from rlfoundry.algos.base import (
-    Agent, Iteration, Memory, actor_critic_state, autocast, compile_policy, compiled, finish_iteration,
-    load_actor_critic_state, predict_actions, rollout_collector,
-)
 from rlfoundry.algos import ranks
-from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.algos.base import Runtime
+from rlfoundry.algos.families import OnPolicyAgent
 from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatch_count, minibatches
 from rlfoundry.config.base import StrictModel
+from rlfoundry.config.monitors import ENTROPY_COLLAPSE, GRAD_EXPLOSION, VALUE_BLOWUP, MonitorRule
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.nets import build_actor_critic
 
 
 class PPOConfig(StrictModel):
@@ -165,24 +160,39 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if variance == 0 else float(1 - (target - predicted).var() / variance)
 
 
-class PPO(Agent):
-    def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self.device = cfg, spec, device
-        self.algo: PPOConfig = cfg.algo
-        self.policy = build_actor_critic(spec, cfg.network).to(device)
-        self.optimizer = FlatOptimizer(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
-        self.collector = None
-        self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
-        self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
-        self.autocast = lambda: autocast(device, cfg.train.precision)
-        self.minibatch_loss = compiled(self._minibatch_loss, cfg.train.compile)  # the whole loss, not just the forward
-        compile_policy(self.policy, cfg.train.compile, learning=False)
+class PPO(OnPolicyAgent):
+    name = "ppo"
+    config = PPOConfig
+    # train.compile=auto compiles PPO: measured to pay off on long runs (A2C gains 1.16x steady, DQN and SAC run slower
+    # compiled: README, "Threads, precision and compilation")
+    compile_by_default = True
+    compile_evaluate = False  # the whole minibatch loss is compiled instead
+    smoke = ("algo.num_steps=64", "algo.minibatch_size=0.5")
+    monitors = {
+        # Schulman et al. 2017 (arXiv:1707.06347) §4 targets a KL of 0.003-0.03 per update; SB3 / CleanRL stop the
+        # epochs at 1.5 × target_kl (0.01-0.02 typical); rsl_rl's adaptive lr holds it in [0.005, 0.02]. Sustained
+        # values above 0.05 mean each update moves the policy well past the trust region the clipping assumes.
+        "diag/approx_kl": MonitorRule(max=0.05),
+        # With clip_coef 0.2 healthy runs clip 1-30% of the samples (CartPole preset: at most 0.22 in an iteration;
+        # Pendulum's, 10 epochs of 64 minibatches at lr 1e-3: 0.32, and 0.27 three iterations running). Past 0.4
+        # the later epochs learn from the unclipped remainder alone: lr or epochs are too large for the batch.
+        "diag/clipfrac": MonitorRule(max=0.4),
+        "loss/entropy": ENTROPY_COLLAPSE,
+        "loss/value": VALUE_BLOWUP,
+        "diag/grad_norm": GRAD_EXPLOSION,
+        # No default on diag/explained_variance, though a critic should explain more than nothing (> 0): once
+        # returns stop varying it measures noise. The CartPole preset, solved, gives -1 to -8 for a hundred
+        # iterations running (value loss 1e-5), A2C's hovers at 0 mid-run. Add one where it means something:
+        # logging.monitors.metrics.diag/explained_variance.min=0.
+    }
 
-    def iterate(self, envs, progress: float) -> Iteration:
+    def __init__(self, cfg, spec, runtime: Runtime):
+        super().__init__(cfg, spec, runtime)
+        self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
+        self.minibatch_loss = runtime.compiled(self._minibatch_loss)  # the whole loss, not just the forward
+
+    def learn(self, rollout, progress: float) -> dict[str, float]:
         algo = self.algo
-        with self.autocast():
-            rollout, collected = rollout_collector(self, envs).collect(self.policy)
-        start = time.perf_counter()
         advantages = gae(
             rollout.rewards, rollout.values, rollout.next_values, rollout.terminated, rollout.dones,
             algo.gamma, algo.gae_lambda,
@@ -223,7 +233,7 @@ class PPO(Agent):
             "diag/clip_coef": clip_coef,
             "diag/ent_coef": ent_coef,
         })
-        return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
+        return metrics
 
     def _minibatch_loss(self, mb, coefs: torch.Tensor, learn_entropy: bool) -> tuple[torch.Tensor, dict]:
         """The loss of one minibatch and its stats, from the policy's forward pass on it (compiled with
@@ -238,12 +248,3 @@ class PPO(Agent):
             mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
         return ppo_loss(logprobs, old_logprobs, mb_adv, values, old_values, mb_returns, entropy,
                         coefs[0], algo.vf_coef, coefs[1], algo.clip_vloss)
-
-    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
-        return predict_actions(self, obs, deterministic, memory)
-
-    def state_dict(self) -> dict[str, Any]:
-        return actor_critic_state(self)  # policy, optimizer, the collector's next observation
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_actor_critic_state(self, state)

@@ -18,23 +18,17 @@ Deliberate choices:
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
 from rlfoundry.algos import ranks
-from rlfoundry.algos.base import (
-    Agent, Iteration, Memory, actor_critic_state, autocast, compile_policy, finish_iteration, load_actor_critic_state,
-    predict_actions, rollout_collector,
-)
-from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.algos.families import OnPolicyAgent
 from rlfoundry.buffers.rollout import discounted_scan, evaluate_minibatch, minibatches
 from rlfoundry.config.base import StrictModel
+from rlfoundry.config.monitors import ENTROPY_COLLAPSE, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.nets import build_actor_critic
 
 
 class REINFORCEConfig(StrictModel):
@@ -100,22 +94,13 @@ def reinforce_loss(
     return loss, stats
 
 
-class REINFORCE(Agent):
-    def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self.device = cfg, spec, device
-        self.algo: REINFORCEConfig = cfg.algo
-        self.policy = build_actor_critic(spec, cfg.network).to(device)  # the value head is the baseline
-        self.optimizer = FlatOptimizer(self.policy, self.algo.lr(0.0), self.algo.adam_eps, self.algo.max_grad_norm)
-        self.collector = None
-        self.resume_collector: dict[str, np.ndarray] | None = None
-        self.autocast = lambda: autocast(device, cfg.train.precision)
-        compile_policy(self.policy, cfg.train.compile)
+class REINFORCE(OnPolicyAgent):
+    name = "reinforce"
+    config = REINFORCEConfig
+    monitors = {"loss/entropy": ENTROPY_COLLAPSE, "loss/value": VALUE_BLOWUP}  # the value head is the baseline
 
-    def iterate(self, envs, progress: float) -> Iteration:
+    def learn(self, rollout, progress: float) -> dict[str, float]:
         algo = self.algo
-        with self.autocast():
-            rollout, collected = rollout_collector(self, envs).collect(self.policy)
-        start = time.perf_counter()
         returns, mask = monte_carlo_targets(rollout.rewards, rollout.dones, rollout.valid, rollout.starts[0],
                                             algo.gamma, algo.returns == "episode")
         used = int(mask.sum())
@@ -138,13 +123,4 @@ class REINFORCE(Agent):
             metrics.update({key: float(value) for key, value in stats.items()})
         elif ranks.world() > 1:  # nothing to learn from here, but the other ranks' update needs this one's part
             self.optimizer.update(None, samples=0)
-        return finish_iteration(collected, algo.num_steps * self.spec.num_envs, metrics, start)
-
-    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
-        return predict_actions(self, obs, deterministic, memory)
-
-    def state_dict(self) -> dict[str, Any]:
-        return actor_critic_state(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_actor_critic_state(self, state)
+        return metrics

@@ -31,27 +31,24 @@ from __future__ import annotations
 import copy
 import math
 import time
-from contextlib import contextmanager, nullcontext
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Agent, Iteration, autocast, compile_modules, finish_iteration
-from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.buffers import sized_by
-from rlfoundry.buffers.replay import Collected, ReplayBuffer, collect, load_replay_state, replay_state, start_envs
+from rlfoundry.algos.base import Iteration, Runtime, averaged, finish_iteration
+from rlfoundry.algos.families import OffPolicyAgent
+from rlfoundry.algos.optim import FlatOptimizer, frozen
+from rlfoundry.buffers.replay import Collected
 from rlfoundry.config.base import StrictModel
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP, MonitorRule
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.envs import env_seed, frame_stack
 from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import (
-    CategoricalActor,
-    SquashedGaussianActor,
-    TwinQ,
-    TwinQDiscrete,
+    LOG_STD_MAX, LOG_STD_MIN, CategoricalActor, Greedy, SquashedGaussianActor, SquashedMean, TwinQ, TwinQDiscrete,
 )
 
 
@@ -137,36 +134,32 @@ def build_actor(spec, net_cfg) -> torch.nn.Module:
 def act(actor: torch.nn.Module, obs: np.ndarray, precision: str, deterministic: bool = False) -> np.ndarray:
     """Actions for a batch of observations, on the actor's device; uses no gradients."""
     device = next(actor.parameters()).device
-    with torch.inference_mode(), autocast(device, precision) if precision != "fp32" else nullcontext():
+    with torch.inference_mode(), Runtime(device, precision).autocast():
         tensor = torch.as_tensor(obs, device=device)  # the encoders take any float dtype, and uint8 frames
         if isinstance(actor, CategoricalActor):
             return CategoricalHead.sample(actor(tensor), deterministic).cpu().numpy()
         return actor(tensor, deterministic)[0].cpu().numpy()
 
 
-@contextmanager
-def frozen(module: torch.nn.Module):
-    """`module`'s parameters require no gradients inside: a backward then skips computing them."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad_(True)
+class SAC(OffPolicyAgent):
+    name = "sac"
+    config = SACConfig
+    monitors = {
+        # α collapse: the learned temperature shrinks while the policy's entropy stays above target_entropy; four
+        # orders of magnitude below its start (1 with ent_coef auto, as SB3) the entropy term no longer shapes the
+        # actor and the entropy still misses its target (Pendulum preset: 1 → 0.2 in 2,000 steps, then slower).
+        "diag/alpha": MonitorRule(min=1e-4, relative_to="initial"),
+        "diag/q_mean": Q_DIVERGENCE,
+        "loss/critic": VALUE_BLOWUP,
+    }
 
-
-class SAC(Agent):
-    def __init__(self, cfg, spec, device: torch.device):
-        self.cfg, self.spec, self.device = cfg, spec, device
-        self.algo: SACConfig = cfg.algo
-        algo = self.algo
+    def __init__(self, cfg, spec, runtime: Runtime):
+        algo = cfg.algo
         if algo.async_actors and (cfg.env.normalize_obs is True or cfg.env.normalize_reward):
-            from rlfoundry.config.errors import ConfigError
-
             raise ConfigError(f"algo.async_actors = {algo.async_actors}: env.normalize_obs / normalize_reward would "
                               "keep separate statistics in each actor process; allowed with them: 0")
+        super().__init__(cfg, spec, runtime)
+        device = self.device
         self.actor = build_actor(spec, cfg.network).to(device)
         self.critic = (TwinQDiscrete if spec.discrete else TwinQ)(spec, cfg.network).to(device)
         self.critic_target = copy.deepcopy(self.critic)
@@ -184,53 +177,34 @@ class SAC(Agent):
             auto_entropy = -float(spec.action_space.shape[0])
             action_shape, action_dtype = spec.action_space.shape, np.float32
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
-        with sized_by("algo.buffer_size", algo.buffer_size):
-            self.replay = ReplayBuffer(algo.buffer_size, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
-                                       action_dtype, n_step=algo.n_step, gamma=algo.gamma,
-                                       frame_stack=frame_stack(cfg.env))
-        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
-        self.obs: np.ndarray | None = None
-        self.env_steps = 0
-        # fp32 needs no context at all: entering a disabled autocast costs 2 µs, eight times per gradient step
-        self.autocast = (lambda: autocast(device, cfg.train.precision)) if cfg.train.precision != "fp32" else nullcontext
-        compile_modules(cfg.train.compile, self.actor, self.critic, self.critic_target)
+        self.replay = self.make_replay(action_shape, action_dtype)
+        runtime.compile_modules(self.actor, self.critic, self.critic_target)
         self.pool = None  # async: the actor processes, started at the first iteration
         self.owed = 0.0  # async: gradient steps owed for the rows received (the fraction carried over)
         self.gradient_steps_done = 0
         if algo.async_actors:
             self.envs_elsewhere = "the envs live in the async actor processes; they start afresh"
 
-    def iterate(self, envs, progress: float) -> Iteration:
+    def schedule(self, progress: float) -> None:
         if self.algo.lr.kind != "constant":  # one schedule for the three optimizers, as SB3
             lr = self.algo.lr(progress)
             self.actor_opt.set_lr(lr)
             self.critic_opt.set_lr(lr)
             if self.alpha_opt is not None:
                 self.alpha_opt.param_groups[0]["lr"] = lr
-        if self.algo.async_actors:
-            return self._iterate_async()
-        algo, num_envs, space = self.algo, self.spec.num_envs, self.spec.action_space
-        if self.obs is None:
-            self.obs = start_envs(envs, self.replay, self.cfg.train.seed)
 
-        def choose(obs: np.ndarray) -> np.ndarray:
-            if self.env_steps >= algo.learning_starts:
-                return self._act(obs, deterministic=False)
-            if self.spec.discrete:  # uniform exploration first, as SB3
-                return self.rng.integers(space.n, size=num_envs)
-            return self.rng.uniform(space.low, space.high, size=(num_envs, *space.shape)).astype(np.float32)
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        if self.env_steps >= self.algo.learning_starts:
+            return self._act(obs, deterministic=False)
+        return self.random_actions()
 
-        collected = collect(envs, self.replay, self.obs, choose, algo.train_freq)
-        self.obs = collected.obs
-        self.env_steps += algo.train_freq * num_envs
-        start = time.perf_counter()
-        steps = algo.gradient_steps if self._learning() else 0
-        return finish_iteration(collected, algo.train_freq * num_envs, self._learn_steps(steps), start)
-
-    def _iterate_async(self) -> Iteration:
+    def iterate(self, envs, progress: float) -> Iteration:
+        if not self.algo.async_actors:
+            return super().iterate(envs, progress)
         from rlfoundry.buffers.actors import ActorPool
 
         algo = self.algo
+        self.schedule(progress)
         if self.pool is None:  # the actors may run 2·train_freq rows ahead of what the learner has taken
             self.pool = ActorPool(algo.async_actors, self.cfg, self.spec, self.actor_opt.flat, build_actor, act,
                                   random_steps=max(0, algo.learning_starts - self.env_steps), chunk=algo.train_freq,
@@ -238,31 +212,24 @@ class SAC(Agent):
         got = self.pool.collect(self.replay, algo.train_freq)
         self.env_steps += got.rows * self.spec.num_envs
         start = time.perf_counter()
-        if self._learning():  # the replay ratio of the synchronous agent: gradient_steps per train_freq rows
+        if self.learning():  # the replay ratio of the synchronous agent: gradient_steps per train_freq rows
             self.owed += got.rows * algo.gradient_steps / algo.train_freq
         steps = int(self.owed)
         self.owed -= steps
-        metrics = self._learn_steps(steps)
+        metrics = {"diag/replay_size": float(len(self.replay)), **averaged(steps, lambda: self.update(progress))}
         collected = Collected(None, got.episode_returns, got.episode_lengths, got.time_env, got.time_act)
         return finish_iteration(collected, got.rows * self.spec.num_envs, metrics, start)
 
-    def _learning(self) -> bool:
-        return self.env_steps >= self.algo.learning_starts and len(self.replay) >= self.algo.batch_size
+    def update(self, progress: float) -> dict[str, torch.Tensor]:
+        """One gradient step of α, the critics and the actor (async: the actors get the weights every
+        actor_sync_every). Its metrics in float64, summed over the iteration's steps as Python floats would be."""
+        stats = self._update()
+        self.gradient_steps_done += 1
+        if self.pool is not None and self.gradient_steps_done % self.algo.actor_sync_every == 0:
+            self.pool.publish(self.actor_opt.flat)
+        return {key: value.double() for key, value in stats.items()}
 
-    def _learn_steps(self, steps: int) -> dict[str, float]:
-        """`steps` gradient steps; their mean metrics (async: the actors get the weights every actor_sync_every)."""
-        metrics: dict[str, float] = {"diag/replay_size": float(len(self.replay))}
-        totals: dict[str, float] = {}
-        for _ in range(steps):
-            for key, value in self._learn().items():
-                totals[key] = totals.get(key, 0.0) + float(value)
-            self.gradient_steps_done += 1
-            if self.pool is not None and self.gradient_steps_done % self.algo.actor_sync_every == 0:
-                self.pool.publish(self.actor_opt.flat)
-        metrics.update({key: value / steps for key, value in totals.items()})
-        return metrics
-
-    def _learn(self) -> dict[str, torch.Tensor]:
+    def _update(self) -> dict[str, torch.Tensor]:
         batch = self.replay.sample(self.algo.batch_size, self.rng)
         tensor = lambda a: torch.as_tensor(a, device=self.device)
         obs, actions, next_obs = tensor(batch.obs), tensor(batch.actions), tensor(batch.next_obs)
@@ -310,13 +277,27 @@ class SAC(Agent):
                 "diag/entropy": entropy, "diag/q_mean": q.detach().mean()}
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        return act(self.actor, np.asarray(obs, dtype=self.spec.obs_dtype), self.cfg.train.precision, deterministic)
-
-    def forget_env_position(self) -> None:
-        self.obs = None
+        return act(self.actor, np.asarray(obs, dtype=self.spec.obs_dtype), self.runtime.precision, deterministic)
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
         return self._act(obs, deterministic)
+
+    def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
+        actor = self.actor
+        with torch.inference_mode(), self.autocast():
+            if isinstance(actor, CategoricalActor):
+                probs = actor(obs)[0].float().exp().cpu().numpy()
+                q = self.critic(obs).float().amin(0)[0]  # [2, 1, A] -> [A]
+                return {"probs": probs, "value": float(q[int(action)])}
+            features = actor.encoder(obs).squeeze(0)  # as SquashedGaussianActor.forward
+            mean = actor.mean(features).float()
+            log_std = actor.log_std(features).float().clamp(LOG_STD_MIN, LOG_STD_MAX)
+            taken = torch.as_tensor(np.asarray(action, dtype=np.float32)[None], device=obs.device)
+            value = float(self.critic(obs, taken).float().amin(0)[0])
+        return {"mean": mean[0].cpu().numpy(), "std": log_std[0].exp().cpu().numpy(), "value": value}
+
+    def acting_network(self) -> torch.nn.Module:
+        return Greedy(self.actor) if isinstance(self.actor, CategoricalActor) else SquashedMean(self.actor)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -329,8 +310,7 @@ class SAC(Agent):
             "critic_target": self.critic_target.state_dict(), "log_alpha": {"value": self.log_alpha.detach()},
             "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
             "alpha_opt": None if self.alpha_opt is None else self.alpha_opt.state_dict(),
-            "replay": replay_state(self.replay, self.obs),  # numpy arrays: they go to the checkpoint's .npz
-            "counters": {"env_steps": self.env_steps, "rng": self.rng.bit_generator.state},
+            **self.replay_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -343,6 +323,4 @@ class SAC(Agent):
         self.critic_opt.load_state_dict(state["critic_opt"])
         if self.alpha_opt is not None:
             self.alpha_opt.load_state_dict(state["alpha_opt"])
-        self.obs = load_replay_state(self.replay, state["replay"])
-        self.env_steps = state["counters"]["env_steps"]
-        self.rng.bit_generator.state = state["counters"]["rng"]
+        self.load_replay_state(state)

@@ -43,7 +43,8 @@ import numpy as np
 import torch
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from rlfoundry.algos.base import Agent, Iteration, Memory, autocast
+from rlfoundry.algos.base import Agent, Iteration, Memory, Runtime
+from rlfoundry.algos.families import actor_critic_outputs
 from rlfoundry.algos.ppo import PPO, PPOConfig
 from rlfoundry.buffers.frames import FrameReplay
 from rlfoundry.buffers.rollout import RolloutCollector
@@ -51,6 +52,7 @@ from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import EnvSpec
 from rlfoundry.nets.heads import CategoricalHead
+from rlfoundry.nets.policy import GreedyActorCritic
 from rlfoundry.world_models.next_frame import NextFrameConfig, NextFramePredictor
 from rlfoundry.world_models.reward_strategies import (
     REWARD_BATCH_SIZE, REWARD_STEPS_PER_EPOCH, Strategy, reward_training_indices,
@@ -132,16 +134,34 @@ def ppo_multiplier(epoch: int, epochs: int) -> int:
     return 2 if epoch in (epochs - 8, epochs - 4) else 1
 
 
+# The smoke check's world model: a few units wide, two compressions deep.
+SMALL_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps": 1, "bottleneck_bits": 8,
+                     "latent_state_size": 16, "posterior_filters": "[8,16]", "reward_head_channels": 8}
+
+
 class Simple(Agent):
-    def __init__(self, cfg, spec: EnvSpec, device: torch.device):
+    name = "simple"
+    config = SimpleConfig
+
+    @classmethod
+    def smoke_overrides(cls, env_id: str) -> tuple[list[str], int]:
+        """One real env, a small world model (on 36×36 frames for ALE ids), 256 steps of which 210 are random play
+        (a whole game of at most 200 steps, and 46 with the policy), one PPO update in the model."""
+        frames = ["env.atari.img_size=[36,36]"] if env_id.startswith("ALE/") else []  # the toys' are small already
+        return ["env.num_envs=1", *(f"algo.world_model.{key}={value}" for key, value in SMALL_WORLD_MODEL.items()),
+                *frames, "algo.random_steps=210", "algo.real_steps_per_epoch=46", "algo.world_model_steps=10",
+                "algo.first_epoch_multiplier=1", "algo.rollout_length=5", "algo.reward_steps=2", "algo.sim_envs=2",
+                "algo.ppo_updates=1", "algo.ppo.num_steps=4", "algo.ppo.minibatch_size=4"], 256
+
+    def __init__(self, cfg, spec: EnvSpec, runtime: Runtime):
         algo: SimpleConfig = cfg.algo
         if not spec.discrete or len(spec.obs_shape) != 3 or spec.obs_dtype != np.uint8 \
                 or spec.obs_shape[0] % algo.frame_stack:
             raise ConfigError(f"algo.name = 'simple': {spec.id} gives {spec.observation_space} observations and "
                               f"{spec.action_space} actions; SimPLe needs uint8 frame stacks [frame_stack × C, H, W] "
                               f"(algo.frame_stack = {algo.frame_stack}) and Discrete actions")
-        self.cfg, self.spec, self.device, self.algo = cfg, spec, device, algo
-        self.autocast = lambda: autocast(device, cfg.train.precision)
+        super().__init__(cfg, spec, runtime)
+        device = self.device
         channels = spec.obs_shape[0] // algo.frame_stack
         self.frame_shape = (channels, *spec.obs_shape[1:])
         self.num_actions = int(spec.action_space.n)
@@ -169,7 +189,7 @@ class Simple(Agent):
                                 algo.sim_temperature)
         self.sim_spec = EnvSpec(f"simulated {spec.id}", algo.sim_envs, self.sim.single_observation_space,
                                 self.sim.single_action_space, "simulated")
-        self.ppo = PPO(sim_cfg, self.sim_spec, device)
+        self.ppo = PPO(sim_cfg, self.sim_spec, runtime)
         self.policy = self.ppo.policy
 
     # ---------------------------------------------------------------- one epoch
@@ -282,6 +302,16 @@ class Simple(Agent):
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         return self._actions(obs, 0.0 if deterministic else self.algo.eval_temperature)
+
+    @property
+    def gamma(self) -> float:
+        return float(self.algo.ppo.gamma)
+
+    def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
+        return actor_critic_outputs(self.policy, self.runtime, obs, before, after)
+
+    def acting_network(self) -> torch.nn.Module:
+        return GreedyActorCritic(self.policy, self.spec)
 
     def state_dict(self) -> dict[str, Any]:
         """The world model and its optimizers, the policy and its optimizer, the replay, the simulator's random

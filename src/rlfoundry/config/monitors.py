@@ -2,8 +2,9 @@
 
 A monitor watches one metric of the trainer's rows (`diag/approx_kl`) against a lower and an upper bound; when the
 metric stays out of bounds for `patience` iterations the run says so once (`rlfoundry.run.monitors` runs them).
-The defaults live here, beside the schema, and not with the monitors that run them: a config whose override moves
-one bound of a default past the other is refused when it is loaded (exit 2), before any run directory exists.
+Each algorithm states its default monitors on its class (`Agent.monitors`), from the shared rules here; they are
+resolved with the overrides when a config is loaded, so a config whose override moves one bound of a default past
+the other is refused then (exit 2), before any run directory exists.
 
 Three kinds of bound, and no others, so that a monitor stays data a config can state:
     none     min / max are values of the metric
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, model_serializer, model_validator
@@ -52,68 +54,30 @@ class MonitorRule(StrictModel):
         return {key: value for key, value in handler(self).items() if key in self.model_fields_set}
 
 
-# The default monitors of each algorithm. Bounds are deliberately loose: a default that fires on a healthy run
+# The rules algorithms' default monitors share (each algorithm states its own on its class: `Agent.monitors`).
+# Bounds are deliberately loose: a default that fires on a healthy run
 # teaches users to ignore the warning. Each was replayed over full runs of the CartPole and Pendulum presets.
 
 # Entropy collapse. A categorical policy starts near its maximum entropy (ln 2 on CartPole); the CartPole PPO and A2C
 # presets bottom out at 0.24-0.55 of it; below a tenth the policy has turned (near) deterministic. Discrete actions
 # only (DISCRETE_ONLY).
-_ENTROPY_COLLAPSE = MonitorRule(min=0.1, relative_to="initial")
+ENTROPY_COLLAPSE = MonitorRule(min=0.1, relative_to="initial")
 # Value-loss blow-up: two orders of magnitude above its recent level (unscaled returns, a diverging critic). Healthy
 # runs move the value loss by more over a run (CartPole PPO: 13 → 3e-5), but slowly, which the median of the last
 # `window` values follows; A2C's 5-step rollouts give spikes of 40× and 20× three iterations running.
-_VALUE_BLOWUP = MonitorRule(max=100.0, relative_to="median")
+VALUE_BLOWUP = MonitorRule(max=100.0, relative_to="median")
 
 # The gradient norm before clipping (A2C: per update; PPO: the mean over an iteration's minibatches). Spikes of 20×
 # its level are normal with A2C's 5-step rollouts; a sustained factor of 100 is an exploding gradient that
 # max_grad_norm hides from the update but not from the critic's targets.
-_GRAD_EXPLOSION = MonitorRule(max=100.0, relative_to="median")
+GRAD_EXPLOSION = MonitorRule(max=100.0, relative_to="median")
 
-DEFAULT_MONITORS: dict[str, dict[str, MonitorRule]] = {
-    "ppo": {
-        # Schulman et al. 2017 (arXiv:1707.06347) §4 targets a KL of 0.003-0.03 per update; SB3 / CleanRL stop the
-        # epochs at 1.5 × target_kl (0.01-0.02 typical); rsl_rl's adaptive lr holds it in [0.005, 0.02]. Sustained
-        # values above 0.05 mean each update moves the policy well past the trust region the clipping assumes.
-        "diag/approx_kl": MonitorRule(max=0.05),
-        # With clip_coef 0.2 healthy runs clip 1-30% of the samples (CartPole preset: at most 0.22 in an iteration;
-        # Pendulum's, 10 epochs of 64 minibatches at lr 1e-3: 0.32, and 0.27 three iterations running). Past 0.4
-        # the later epochs learn from the unclipped remainder alone: lr or epochs are too large for the batch.
-        "diag/clipfrac": MonitorRule(max=0.4),
-        "loss/entropy": _ENTROPY_COLLAPSE,
-        "loss/value": _VALUE_BLOWUP,
-        "diag/grad_norm": _GRAD_EXPLOSION,
-        # No default on diag/explained_variance, though a critic should explain more than nothing (> 0): once
-        # returns stop varying it measures noise. The CartPole preset, solved, gives -1 to -8 for a hundred
-        # iterations running (value loss 1e-5), A2C's hovers at 0 mid-run. Add one where it means something:
-        # logging.monitors.metrics.diag/explained_variance.min=0.
-    },
-    "a2c": {
-        "loss/entropy": _ENTROPY_COLLAPSE,
-        "loss/value": _VALUE_BLOWUP,
-        "diag/grad_norm": _GRAD_EXPLOSION,
-    },
-    "reinforce": {
-        "loss/entropy": _ENTROPY_COLLAPSE,
-        "loss/value": _VALUE_BLOWUP,
-    },
-    "dqn": {
-        # Q-value divergence (the deadly triad: van Hasselt et al. 2018, arXiv:1812.02648, find estimates far
-        # above any possible return). Learning raises Q smoothly towards r_max / (1 - γ) (CartPole preset: 1 → 80
-        # over 50,000 steps, at most 2× its median three iterations running); ten times its level of the last
-        # `window` iterations is not learning. A slow divergence, which the median follows, is not caught: that
-        # needs the reward scale.
-        "diag/q_mean": MonitorRule(min=-10.0, max=10.0, relative_to="median"),
-        "loss/q": _VALUE_BLOWUP,
-    },
-    "sac": {
-        # α collapse: the learned temperature shrinks while the policy's entropy stays above target_entropy; four
-        # orders of magnitude below its start (1 with ent_coef auto, as SB3) the entropy term no longer shapes the
-        # actor and the entropy still misses its target (Pendulum preset: 1 → 0.2 in 2,000 steps, then slower).
-        "diag/alpha": MonitorRule(min=1e-4, relative_to="initial"),
-        "diag/q_mean": MonitorRule(min=-10.0, max=10.0, relative_to="median"),
-        "loss/critic": _VALUE_BLOWUP,
-    },
-}
+# The default monitors of DQN and SAC: Q-value divergence (the deadly triad: van Hasselt et al. 2018,
+# arXiv:1812.02648, find estimates far above any possible return). Learning raises Q smoothly towards
+# r_max / (1 - γ) (CartPole DQN preset: 1 → 80 over 50,000 steps, at most 2× its median three iterations running);
+# ten times its level of the last `window` iterations is not learning. A slow divergence, which the median follows,
+# is not caught: that needs the reward scale.
+Q_DIVERGENCE = MonitorRule(min=-10.0, max=10.0, relative_to="median")
 
 # The entropy of a Gaussian policy is a differential entropy: it falls below zero as σ shrinks, which converged
 # continuous policies do by design, so a fraction of its start says nothing there.
@@ -122,8 +86,8 @@ DISCRETE_ONLY = frozenset({"loss/entropy"})
 
 class MonitorsConfig(StrictModel):
     """Metric monitors: a warning (console and run.log) when a metric stays out of its bounds, and the monitors out
-    of bounds on each row in metrics.csv's `monitor/alerts` column. Defaults per algorithm:
-    `rlfoundry.config.monitors.DEFAULT_MONITORS`."""
+    of bounds on each row in metrics.csv's `monitor/alerts` column. Defaults per algorithm: the `monitors` of its
+    class (`rlfoundry.algos`)."""
 
     enabled: bool = Field(True, description="false: no monitors and no monitor/alerts column.")
     patience: PositiveInt = Field(3, description="Consecutive iterations a metric must be out of bounds before the "
@@ -146,15 +110,15 @@ class MonitorsConfig(StrictModel):
                                  "train/..., eval/..., loss/..., diag/... or env/... (timings differ between runs)")
         return self
 
-    def resolve(self, algo: str, discrete: bool = True) -> dict[str, MonitorRule]:
-        """The monitors of a run of `algo`, by metric key: its defaults with the overrides field by field, and the new
+    def resolve(self, algo: str, defaults: Mapping[str, MonitorRule], known: Iterable[str] = (),
+                discrete: bool = True) -> dict[str, MonitorRule]:
+        """The monitors of a run of `algo`, by metric key: its `defaults` with the overrides field by field, and the new
         monitors, without those turned off. ValueError naming the key for a monitor without a bound, a lower bound
-        above the upper one, or a near miss of a default's key (a misspelt key would watch nothing).
+        above the upper one, or a near miss of a `known` key, any algorithm's default (a misspelt key would watch nothing).
 
         For continuous actions the DISCRETE_ONLY defaults start turned off (`enabled: true` turns them on); whether a
         config is valid does not depend on the action space, which validation does not know."""
-        defaults = DEFAULT_MONITORS.get(algo, {})
-        known = sorted({key for table in DEFAULT_MONITORS.values() for key in table})
+        known = sorted({*known, *defaults})
         rules = {}
         for key in [*defaults, *(key for key in self.metrics if key not in defaults)]:
             where = f"logging.monitors.metrics.{key}"

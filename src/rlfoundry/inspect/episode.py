@@ -8,16 +8,18 @@ episode inspector page (`rlfoundry inspect`), and its CSV and mp4 exports.
 
 Step t is the observation o_t, the action a_t = `policy.act(o_t, state, deterministic=True)` (exactly what `play`
 does), the reward r_t the env gave for it, and the outputs of the agent's own networks on o_t as the networks take
-it (`policy.normalize`), computed under `torch.inference_mode` by the function of the agent's family:
+it (`policy.normalize`), computed under `torch.inference_mode` by the agent's own `step_outputs`:
 
 - actor-critics (ppo, a2c, reinforce, simple): π(·|o_t) (probabilities, or the Gaussian's mean and std), V(o_t), and
   for a memory core the norm of the memory after o_t;
 - dqn: Q(o_t, ·) in place of a distribution, value Q(o_t, a_t);
 - sac: π(·|o_t) (probabilities, or the mean and std of the Gaussian before the tanh squashing), value
   min(Q1, Q2)(o_t, a_t);
-- dreamer: the critic's value of the posterior state after o_t; planet: the action only.
+- dreamer: the critic's value of the posterior state after o_t; planet: the action only;
+- td3, ddpg: the deterministic action itself (the mean), value min_i Q_i(o_t, a_t).
 
-return_to_go[t] = Σ_{i≥t} γ^(i−t) r_i over this episode's rewards alone, with the algorithm's γ (PlaNet has none: 1):
+return_to_go[t] = Σ_{i≥t} γ^(i−t) r_i over this episode's rewards alone, with the algorithm's γ (`Agent.gamma`;
+PlaNet has none: 1):
 no bootstrap where a time limit or `max_steps` cut the episode short. advantage[t] = return_to_go[t] − value[t], the
 Monte Carlo advantage (not GAE, not a one-step TD error).
 
@@ -36,15 +38,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlfoundry.algos.base import Agent
+from rlfoundry.buffers.rollout import discounted_scan
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import check_renders, env_seed
-from rlfoundry.buffers.rollout import discounted_scan
-from rlfoundry.nets.heads import CategoricalHead
-from rlfoundry.nets.policy import LOG_STD_MAX, LOG_STD_MIN, CategoricalActor
 from rlfoundry.run.policy import Policy
 from rlfoundry.run.video import DEFAULT_FPS, Mp4, offscreen, video_frame
-from rlfoundry.world_models.rssm import RSSM
 
 # Gymnasium's documented observation entries, for the page's table (ids not here get obs[0], obs[1], ...).
 OBS_NAMES = {
@@ -116,90 +114,6 @@ class Episode:
         return [f"obs[{i}] {name}" for i, name in enumerate(names)]
 
 
-# ---------------------------------------------------------------- network outputs, one function per agent family
-
-
-def actor_critic_outputs(agent: Agent, obs: torch.Tensor, action: np.ndarray, before, after) -> Outputs:
-    """PPO, A2C, REINFORCE, SimPLe: the ActorCritic on o_t from the memory before it (the one `act` started from)."""
-    net = agent.policy
-    state = before if before is not None or not net.recurrent else net.initial_state(1)
-    with torch.inference_mode(), agent.autocast():
-        actor, critic, _ = net._features(obs, state, None, 1)
-        head, value = net.pi(actor)[0].float(), float(net.v(critic)[0])
-    norm = memory_norm(after) if net.recurrent else None
-    if isinstance(net.pi, CategoricalHead):
-        return Outputs(probs=head.exp().cpu().numpy(), value=value, memory_norm=norm)
-    std = net.pi.log_std.detach().float().exp().expand_as(head)
-    return Outputs(mean=head.cpu().numpy(), std=std.cpu().numpy(), value=value, memory_norm=norm)
-
-
-def dqn_outputs(agent: Agent, obs: torch.Tensor, action: np.ndarray, before, after) -> Outputs:
-    with torch.inference_mode(), agent.autocast():
-        q = agent.q(obs)[0].float().cpu().numpy()
-    return Outputs(q=q, value=float(q[int(action)]))
-
-
-def sac_outputs(agent: Agent, obs: torch.Tensor, action: np.ndarray, before, after) -> Outputs:
-    actor = agent.actor
-    with torch.inference_mode(), agent.autocast():
-        if isinstance(actor, CategoricalActor):
-            probs = actor(obs)[0].float().exp().cpu().numpy()
-            q = agent.critic(obs).float().amin(0)[0]  # [2, 1, A] -> [A]
-            return Outputs(probs=probs, value=float(q[int(action)]))
-        features = actor.encoder(obs).squeeze(0)  # as SquashedGaussianActor.forward
-        mean = actor.mean(features).float()
-        log_std = actor.log_std(features).float().clamp(LOG_STD_MIN, LOG_STD_MAX)
-        taken = torch.as_tensor(np.asarray(action, dtype=np.float32)[None], device=obs.device)
-        value = float(agent.critic(obs, taken).float().amin(0)[0])
-    return Outputs(mean=mean[0].cpu().numpy(), std=log_std[0].exp().cpu().numpy(), value=value)
-
-
-def dreamer_outputs(agent: Agent, obs: torch.Tensor, action: np.ndarray, before, after) -> Outputs:
-    """The critic's value of the posterior state after o_t (what `act` just computed; its memory is (state, action))."""
-    latent, _ = after
-    with torch.inference_mode():
-        value = agent.model.twohot.mean(agent.critic(RSSM.features(latent)))
-    return Outputs(value=float(value[0]))
-
-
-def action_only(agent: Agent, obs: torch.Tensor, action: np.ndarray, before, after) -> Outputs:
-    return Outputs()
-
-
-FAMILIES = {"ppo": actor_critic_outputs, "a2c": actor_critic_outputs, "reinforce": actor_critic_outputs,
-            "simple": actor_critic_outputs, "dqn": dqn_outputs, "sac": sac_outputs, "dreamer": dreamer_outputs,
-            "planet": action_only}
-
-
-def memory_norm(state) -> float:
-    """The L2 norm of a memory core's state over all its tensors, leaving out those of one entry per env (counters
-    such as the filled length of a transformer's memory)."""
-    tensors = []
-
-    def walk(node) -> None:
-        if isinstance(node, torch.Tensor):
-            if node.is_floating_point() and node.numel() > 1:
-                tensors.append(node.float().square().sum())
-        elif isinstance(node, (tuple, list)):
-            for child in node:
-                walk(child)
-
-    walk(state)
-    return float(torch.stack(tensors).sum().sqrt()) if tensors else float("nan")
-
-
-def discount(cfg) -> float:
-    """The γ the algorithm discounts with: DreamerV3's 1 − 1/horizon, SimPLe's PPO's, 1 for PlaNet (none)."""
-    algo = cfg.algo
-    if algo.name == "simple":
-        return float(algo.ppo.gamma)
-    if algo.name == "dreamer":
-        return 1.0 - 1.0 / algo.horizon
-    if algo.name == "planet":
-        return 1.0
-    return float(algo.gamma)
-
-
 def return_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:
     """Σ_{i≥t} γ^(i−t) r_i for every t (float64)."""
     x = torch.as_tensor(np.asarray(rewards, dtype=np.float64))
@@ -232,7 +146,6 @@ def record_episode(policy: Policy, seed: int = 0, max_steps: int = 10_000, frame
     step (see the module docstring). Frames are kept when `frames` and the env renders rgb_array."""
     cfg, agent = policy.cfg, policy.agent
     env_id = cfg.env.id
-    outputs_of = FAMILIES[cfg.algo.name]
     render = frames and renders_frames(env_id)
     observations, actions, rewards, outputs = [], [], [], []
     pictures: list[bytes] | None = [] if render else None
@@ -248,7 +161,8 @@ def record_episode(policy: Policy, seed: int = 0, max_steps: int = 10_000, frame
                 before = state
                 action, state = policy.act(obs, state, deterministic=True)
                 net_obs = np.asarray(policy.normalize(np.asarray(obs)[None]), dtype=policy.spec.obs_dtype)
-                outputs.append(outputs_of(agent, torch.as_tensor(net_obs, device=agent.device), action, before, state))
+                tensor = torch.as_tensor(net_obs, device=agent.device)
+                outputs.append(Outputs(**agent.step_outputs(tensor, action, before, state)))
                 if np.ndim(obs) == 1:  # images are the frames' business: 10,000 Atari stacks would be 280 MB
                     observations.append(np.array(obs))
                 actions.append(np.array(action))
@@ -260,7 +174,7 @@ def record_episode(policy: Policy, seed: int = 0, max_steps: int = 10_000, frame
             fps = env.metadata.get("render_fps") or DEFAULT_FPS
         finally:
             env.close()
-    gamma = discount(cfg)
+    gamma = agent.gamma
     rewards_array = np.asarray(rewards, dtype=np.float64)
     returns = return_to_go(rewards_array, gamma)
     values = stacked(outputs, "value")

@@ -155,26 +155,27 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(u) * self.scale + self.offset, logp - torch.log(self.scale).sum()
 
 
-def twin_linear(width: int, outputs: int) -> tuple[nn.Parameter, nn.Parameter]:
-    """The twin critics' output layers as one batched linear layer (weight [2, width, outputs], bias [2, 1, outputs]),
+def twin_linear(width: int, outputs: int, critics: int = 2) -> tuple[nn.Parameter, nn.Parameter]:
+    """The critics' output layers as one batched linear layer (weight [C, width, outputs], bias [C, 1, outputs]),
     each with nn.Linear's default init."""
     bound = 1 / math.sqrt(width)
-    weight = nn.Parameter(torch.empty(2, width, outputs).uniform_(-bound, bound))
-    return weight, nn.Parameter(torch.empty(2, 1, outputs).uniform_(-bound, bound))
+    weight = nn.Parameter(torch.empty(critics, width, outputs).uniform_(-bound, bound))
+    return weight, nn.Parameter(torch.empty(critics, 1, outputs).uniform_(-bound, bound))
 
 
 class TwinQ(nn.Module):
-    """Two Q(s, a) networks over [obs, action], evaluated as one stacked MLP (the encoder's groups): [2, N]."""
+    """`critics` Q(s, a) networks over [obs, action] (two: the twin critics of TD3 and SAC; one: DDPG's), evaluated
+    as one stacked MLP (the encoder's groups): [C, N]."""
 
-    def __init__(self, spec: EnvSpec, net_cfg):
+    def __init__(self, spec: EnvSpec, net_cfg, critics: int = 2):
         super().__init__()
         in_features = math.prod(spec.obs_shape) + int(spec.action_space.shape[0])
-        self.encoder = ENCODERS["mlp"]((in_features,), net_cfg, 2)
-        self.weight, self.bias = twin_linear(self.encoder.out_features, 1)
+        self.encoder = ENCODERS["mlp"]((in_features,), net_cfg, critics)
+        self.weight, self.bias = twin_linear(self.encoder.out_features, 1, critics)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        h = self.encoder(torch.cat([obs.flatten(1).float(), actions.float()], -1))  # [2, N, H]
-        return torch.baddbmm(self.bias, h, self.weight).squeeze(-1)  # [2, N]
+        h = self.encoder(torch.cat([obs.flatten(1).float(), actions.float()], -1))  # [C, N, H]
+        return torch.baddbmm(self.bias, h, self.weight).squeeze(-1)  # [C, N]
 
 
 class CategoricalActor(nn.Module):
@@ -202,3 +203,77 @@ class TwinQDiscrete(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.baddbmm(self.bias, self.encoder(obs).float(), self.weight)  # [2, N, A]
+
+
+# ---------------------------------------------------------------- acting networks for export: deterministic actions
+# from an observation (already normalised) and the memory as flat tensors, as `Agent.acting_network` returns them.
+
+
+class GreedyActorCritic(nn.Module):
+    """An ActorCritic's deterministic action: the most likely one, or the Gaussian mean clipped to the action bounds;
+    a memory core's state goes in and comes out as flat tensors."""
+
+    def __init__(self, net: ActorCritic, spec: EnvSpec):
+        super().__init__()
+        self.net, self.discrete = net, spec.discrete
+        self.layout = [len(state) for state in net.initial_state(1)] if net.recurrent else []  # tensors per core
+        if not self.discrete:
+            self.register_buffer("low", torch.as_tensor(spec.action_space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(spec.action_space.high, dtype=torch.float32))
+
+    def initial_state(self, batch_size: int) -> list[torch.Tensor]:
+        if not self.net.recurrent:
+            return []
+        return [tensor for state in self.net.initial_state(batch_size) for tensor in state]
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor):
+        memory, start = [], 0
+        for count in self.layout:
+            memory.append(tuple(state[start:start + count]))
+            start += count
+        features, _, new = self.net._features(obs, tuple(memory) if self.layout else None, None, 1)
+        actions = self.net.pi.sample(self.net.pi(features), True)
+        if not self.discrete:
+            actions = torch.maximum(torch.minimum(actions, self.high), self.low)
+        if self.layout:
+            return (actions, *[tensor for core in new for tensor in core])
+        return actions
+
+
+class Greedy(nn.Module):
+    """argmax over a network's per-action outputs (Q-values, log-probabilities)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).argmax(-1)
+
+
+class SquashedMean(nn.Module):
+    """A SquashedGaussianActor's deterministic action: tanh of its mean, scaled to the bounds."""
+
+    def __init__(self, net: SquashedGaussianActor):
+        super().__init__()
+        self.net = net
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs, True)[0]
+
+
+def state_norm(state) -> float:
+    """The L2 norm of a memory core's state over all its tensors, leaving out those of one entry per env (counters
+    such as the filled length of a transformer's memory)."""
+    tensors = []
+
+    def walk(node) -> None:
+        if isinstance(node, torch.Tensor):
+            if node.is_floating_point() and node.numel() > 1:
+                tensors.append(node.float().square().sum())
+        elif isinstance(node, (tuple, list)):
+            for child in node:
+                walk(child)
+
+    walk(state)
+    return float(torch.stack(tensors).sum().sqrt()) if tensors else float("nan")

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.nets.policy import ActorCritic, CategoricalActor, QNetwork, SquashedGaussianActor
+from rlfoundry.algos import Agent, algorithms
 from rlfoundry.run.policy import EPSILON, Policy
 
 FORMATS = ("onnx", "torchscript")
@@ -56,60 +56,26 @@ class Normalize(nn.Module):
 
 
 class Actor(nn.Module):
-    """normalise → network → deterministic action, with the memory as explicit tensors."""
+    """normalise → the agent's acting network (`Agent.acting_network`) → deterministic action, with the memory as
+    explicit tensors."""
 
     def __init__(self, policy: Policy):
         super().__init__()
         self.normalize = Normalize(policy)
-        spec = policy.spec
-        self.net = actor_network(policy)
-        self.discrete = spec.discrete
-        self.recurrent = isinstance(self.net, ActorCritic) and self.net.recurrent
-        self.layout: list[int] = []  # tensors per trunk's core state
-        if self.recurrent:
-            self.layout = [len(state) for state in self.net.initial_state(1)]
-        if not self.discrete and not isinstance(self.net, SquashedGaussianActor):
-            self.register_buffer("low", torch.as_tensor(spec.action_space.low, dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(spec.action_space.high, dtype=torch.float32))
+        net = policy.agent.acting_network()
+        if net is None:
+            exported = [name for name, cls in algorithms().items() if cls.acting_network is not Agent.acting_network]
+            raise ConfigError(f"algo.name = '{policy.cfg.algo.name}': its actions come from planning or filtering "
+                              f"with a world model, not one network; export supports {', '.join(exported)}")
+        self.net = net
 
     def initial_state(self, batch_size: int) -> list[torch.Tensor]:
         """The memory at an episode's start, flat (empty for a feed-forward policy)."""
-        if not self.recurrent:
-            return []
-        return [tensor for state in self.net.initial_state(batch_size) for tensor in state]
+        initial = getattr(self.net, "initial_state", None)
+        return [] if initial is None else list(initial(batch_size))
 
     def forward(self, obs: torch.Tensor, *state: torch.Tensor):
-        x = self.normalize(obs)
-        net = self.net
-        if isinstance(net, ActorCritic):
-            memory = None
-            if self.recurrent:
-                memory, start = [], 0
-                for count in self.layout:
-                    memory.append(tuple(state[start:start + count]))
-                    start += count
-                memory = tuple(memory)
-            features, _, new = net._features(x, memory, None, 1)
-            actions = net.pi.sample(net.pi(features), True)
-            if not self.discrete:
-                actions = torch.maximum(torch.minimum(actions, self.high), self.low)
-            if self.recurrent:
-                return (actions, *[tensor for core in new for tensor in core])
-            return actions
-        if isinstance(net, (QNetwork, CategoricalActor)):  # Q-values or log-probabilities: the greedy action
-            return net(x).argmax(-1)
-        return net(x, True)[0]
-
-
-def actor_network(policy: Policy) -> nn.Module:
-    """The network that picks the agent's actions (ConfigError for agents that plan with a world model)."""
-    agent = policy.agent
-    for name in ("policy", "q", "actor"):  # actor-critics and SimPLe; DQN; SAC
-        net = getattr(agent, name, None)
-        if isinstance(net, (ActorCritic, QNetwork, SquashedGaussianActor, CategoricalActor)):
-            return net
-    raise ConfigError(f"algo.name = '{policy.cfg.algo.name}': its actions come from planning or filtering with a "
-                      "world model, not one network; export supports ppo, a2c, reinforce, simple, dqn and sac")
+        return self.net(self.normalize(obs), *state)
 
 
 def export(policy: Policy, path, fmt: str, batch_size: int = 1) -> dict:

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from rlfoundry import envs as envs_lib
-from rlfoundry.algos import ALGORITHMS, ranks
+from rlfoundry.algos import Runtime, algorithm, algorithms, ranks
 from rlfoundry.algos.base import Iteration
 from rlfoundry.algos.optim import debug_checks
 from rlfoundry.config.errors import ConfigError
@@ -42,7 +42,6 @@ from rlfoundry.envs import state as envs_state
 from rlfoundry.run.seeding import resolve_device, rng_state, seed_everything, set_rng_state
 from rlfoundry.spec.schema import ExperimentConfig
 
-ALGOS = ("ppo", "a2c", "reinforce")  # on-policy, one all-reduced gradient per update
 TIMEOUT = timedelta(hours=1)  # a rank waits this long for the others (rank 0 evaluating, saving a checkpoint)
 PER_PROCESS = "collector"  # the part of an agent's state that differs between ranks
 
@@ -72,8 +71,9 @@ def check(cfg: ExperimentConfig, world: int) -> None:
     """What can run across `world` processes (a ConfigError, exit 2, for the rest)."""
     if world == 1:
         return
-    if cfg.algo.name not in ALGOS:
-        raise ConfigError(f"--nproc {world}: runs across processes are for {', '.join(ALGOS)}; algo {cfg.algo.name} "
+    if not algorithm(cfg.algo.name).distributed:
+        across = [name for name, cls in algorithms().items() if cls.distributed]
+        raise ConfigError(f"--nproc {world}: runs across processes are for {', '.join(across)}; algo {cfg.algo.name} "
                           "learns from a replay buffer in one process (use more env.num_envs, or SAC's "
                           "algo.async_actors)")
     if cfg.network.core != "identity":
@@ -271,7 +271,7 @@ def follow(group: Group) -> None:
     env_cfg = cfg.env.model_copy(update={"vectorization": setup["vectorization"]})
     envs, spec = envs_lib.make(env_cfg, gamma=getattr(cfg.algo, "gamma", 0.99), check_finite=cfg.train.debug,
                                first_env=group.rank * env_cfg.num_envs)
-    agent = ALGORITHMS[cfg.algo.name](cfg, spec, device)
+    agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, device))
     try:
         if saved is None:
             agent.load_state_dict(setup["agent"])  # rank 0's initial parameters
@@ -288,7 +288,7 @@ def follow(group: Group) -> None:
                 lockstep.report(result, None)
                 decision = lockstep.decide()
                 if decision.save:
-                    lockstep.gather(process_state(agent, envs), agent.optimizer.flat)
+                    lockstep.gather(process_state(agent, envs), agent.synced_parameters())
                 if decision.last:
                     break
                 step = decision.step

@@ -34,7 +34,6 @@ NATIVE_BF16 = ("avx512_bf16", "amx_bf16")
 WIDE_LAYER = 256  # MLP width from which more threads pay off (Pendulum SAC, 256 units: 76 -> 103 steps/s at 2)
 IMAGE_ENCODERS = ("nature_cnn", "impala_cnn")
 BF16_SLOWDOWN = "about 10x slower than fp32"  # Breakout PPO on an AVX2-only AMD EPYC: 36 against 348 steps/s
-COMPILED_ALGOS = ("ppo",)  # where auto compiles: measured to pay off (A2C 1.16x steady; DQN and SAC slower compiled)
 COMPILE_PAYS_FROM = 500_000  # CartPole PPO on an AVX2 EPYC: 4,287 -> 5,680 steps/s after ~22 s compiling: even at ~385k
 
 
@@ -136,18 +135,20 @@ def resolve_precision(requested: str, device: torch.device, network, hardware: H
     return requested, None
 
 
-def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: int,
-                    compiles: bool = True) -> tuple[bool, str | None]:
-    """`train.compile` resolved, and a warning where `true` cannot be honoured (`compiles`: whether the algorithm
-    has a compiled path). auto: PPO with a feed-forward core over a run long enough to win back the compilation
-    (COMPILE_PAYS_FROM steps), where a C++ compiler is found; everything else stays eager (see the README's
-    measurements)."""
-    if requested is True and not compiles:
+def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: int) -> tuple[bool, str | None]:
+    """`train.compile` resolved, and a warning where `true` cannot be honoured (the algorithm has no compiled path:
+    `Agent.compiles`). auto: an algorithm whose compiled path is measured to pay off (`Agent.compile_by_default`:
+    PPO) with a feed-forward core over a run long enough to win back the compilation (COMPILE_PAYS_FROM steps),
+    where a C++ compiler is found; everything else stays eager (see the README's measurements)."""
+    from rlfoundry.algos import algorithm
+
+    agent = algorithm(algo)
+    if requested is True and not agent.compiles:
         return False, (f"train.compile=true: {algo} has no compiled path (the README's \"Threads, precision and "
                        f"compilation\" says why); it runs eager")
     if requested != "auto":
         return bool(requested), None
-    worth_it = algo in COMPILED_ALGOS and network.core == "identity" and total_timesteps >= COMPILE_PAYS_FROM
+    worth_it = agent.compile_by_default and network.core == "identity" and total_timesteps >= COMPILE_PAYS_FROM
     return worth_it and has_cpp_compiler(), None
 
 

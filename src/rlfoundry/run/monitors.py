@@ -7,7 +7,7 @@
         in bounds `patience` reports in a row   → it ends: one line in run.log; a new excursion warns again
     row["monitor/alerts"] = the alerted metrics out of bounds on this row, space-separated ("" when none)
 
-The bounds and their sources are `rlfoundry.config.monitors.DEFAULT_MONITORS`; the settings `logging.monitors`.
+The default bounds and their sources are each algorithm's `monitors` (its class); the settings `logging.monitors`.
 A report missing from a row (DQN before learning starts, eval/ between evaluations) or NaN (explained variance of
 constant returns) leaves a monitor as it was. The state is part of the checkpoint, so a resumed run alerts on
 the same rows as the run never stopped.
@@ -20,6 +20,7 @@ import statistics
 from collections import deque
 from typing import Any
 
+from rlfoundry.algos.registry import algorithm, known_monitor_keys
 from rlfoundry.config.monitors import ALERTS, MonitorRule, MonitorsConfig
 
 __all__ = ["ALERTS", "Monitor", "Monitors"]
@@ -105,7 +106,7 @@ class Monitors:
     to report: (level, text), "warning" for an alert that starts, "info" for one that ends."""
 
     def __init__(self, config: MonitorsConfig, algo: str, discrete: bool):
-        rules = config.resolve(algo, discrete)
+        rules = config.resolve(algo, algorithm(algo).monitors, known_monitor_keys(), discrete)
         self.monitors = {key: Monitor(key, rule, config.patience, config.warmup, config.window)
                          for key, rule in rules.items()}
 

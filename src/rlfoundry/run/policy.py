@@ -141,7 +141,7 @@ def build(cfg: ExperimentConfig, weights: dict[str, torch.Tensor], obs_stats, st
           device: str = "cpu") -> Policy:
     """A Policy from a run's config, its checkpoint's weights and observation statistics (CheckpointError when the
     weights do not fit the config's networks)."""
-    from rlfoundry.algos import ALGORITHMS
+    from rlfoundry.algos import Runtime, algorithm
 
     precision = cfg.train.precision
     if precision == "auto":  # what this machine runs natively, as a new run here would
@@ -150,7 +150,7 @@ def build(cfg: ExperimentConfig, weights: dict[str, torch.Tensor], obs_stats, st
     cfg = cfg.model_copy(update={"train": train})
     envs, spec = envs_lib.make(cfg.env, 1, evaluation=True)  # the agent's spaces, exactly as in training
     envs.close()
-    agent = ALGORITHMS[cfg.algo.name](cfg, spec, torch.device(device))
+    agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, device))
     load_weights(agent, weights, source)
     return Policy(cfg, agent, spec, obs_stats, step, source)
 

@@ -2,12 +2,11 @@
 trains through the ordinary trainer for one shrunk iteration, then evaluates one episode. What a user runs after
 installing an optional family, and what the test suite runs over every shipped preset.
 
-Shrunk so a variant takes seconds: 2 envs × 64 steps (PPO and the on-policy algorithms: two minibatches), or 64
-steps with two gradient steps of 16 from the first step (DQN, SAC); SimPLe gets one real env, a small world model
-(on 36×36 frames for ALE ids), a 256-step budget of which 210 are random play, and one PPO update in the model;
-DreamerV3 keeps its model size and trains on windows of 2 × 8 steps, once per 16 env steps; PlaNet keeps its model
-and plans with 16 candidates over 2 iterations, with 2 updates after each episode.
-Episodes are cut at 200 steps (800 emulator frames for ALE ids) so that evaluation ends.
+Shrunk so a variant takes seconds, as each algorithm says on its class (`Agent.smoke`, `Agent.smoke_overrides`):
+2 envs × 64 steps by default (the on-policy algorithms: one rollout; PPO in two minibatches; the off-policy ones:
+two gradient steps of 16 from the first step); SimPLe one real env, a small world model and 210 random steps;
+DreamerV3 and PlaNet small windows and plans. Episodes are cut at 200 steps (800 emulator frames for ALE ids) so
+that evaluation ends.
 """
 
 from __future__ import annotations
@@ -17,9 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SMALL_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps": 1, "bottleneck_bits": 8,
-                     "latent_state_size": 16, "posterior_filters": "[8,16]", "reward_head_channels": 8}
-
+from rlfoundry.algos import algorithm
 
 @dataclass(frozen=True)
 class SmokeResult:
@@ -30,28 +27,12 @@ class SmokeResult:
 
 
 def smoke_overrides(cfg) -> tuple[list[str], int]:
-    """The overrides that shrink the run of config `cfg` (an `ExperimentConfig` as shipped), and its step count."""
-    env_id, name = cfg.env.id, cfg.algo.name
-    steps, envs = 2 * 64, "env.num_envs=2"
-    shrink = {
-        "ppo": ["algo.num_steps=64", "algo.minibatch_size=0.5"],
-        "dqn": ["algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16"],
-        "sac": ["algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16"],
-    }.get(name, ["algo.num_steps=64"])
-    if name == "simple":  # 210 random steps: a whole game (at most 200 steps, below) + 46 with the policy
-        steps, envs = 256, "env.num_envs=1"
-        frames = ["env.atari.img_size=[36,36]"] if env_id.startswith("ALE/") else []  # the toys' are small already
-        shrink = [*(f"algo.world_model.{key}={value}" for key, value in SMALL_WORLD_MODEL.items()), *frames,
-                  "algo.random_steps=210", "algo.real_steps_per_epoch=46", "algo.world_model_steps=10",
-                  "algo.first_epoch_multiplier=1", "algo.rollout_length=5", "algo.reward_steps=2", "algo.sim_envs=2",
-                  "algo.ppo_updates=1", "algo.ppo.num_steps=4", "algo.ppo.minibatch_size=4"]
-    if name == "dreamer":  # 2 envs × 64 steps, updates from the 8th step on (windows of 2 × 8), 1 per 16 env steps
-        shrink = ["algo.batch_size=2", "algo.batch_length=8", "algo.train_ratio=1", "algo.collect_steps=16"]
-    if name == "planet":  # its model size, a small plan (16 candidates, 2 iterations), 2 updates per episode
-        shrink = ["algo.batch_size=2", "algo.batch_length=8", "algo.seed_episodes=1", "algo.updates_per_episode=2",
-                  "algo.candidates=16", "algo.top_k=4", "algo.iterations=2", "algo.collect_steps=16"]
+    """The overrides that shrink the run of config `cfg` (an `ExperimentConfig` as shipped), and its step count: the
+    algorithm's own (`Agent.smoke_overrides`), one evaluation episode, and episodes cut short."""
+    env_id = cfg.env.id
+    shrink, steps = algorithm(cfg.algo.name).smoke_overrides(env_id)
     limit = "env.atari.max_episode_frames=800" if env_id.startswith("ALE/") else "env.max_episode_steps=200"
-    return [envs, *shrink, f"train.total_timesteps={steps}", "eval.every_steps=0", "eval.episodes=1", limit], steps
+    return [*shrink, f"train.total_timesteps={steps}", "eval.every_steps=0", "eval.episodes=1", limit], steps
 
 
 def smoke(env_id: str, variant: str, run_dir: Path, extra: list[str] | None = None) -> SmokeResult:

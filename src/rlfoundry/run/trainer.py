@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from rlfoundry import envs as envs_lib
-from rlfoundry.algos import ALGORITHMS
+from rlfoundry.algos import Runtime, algorithm
 from rlfoundry.algos.optim import debug_checks
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import Provenance
@@ -147,8 +147,7 @@ class Trainer:
         if started is not None and cfg.train.precision == "auto" and started.precision:
             precision = started.precision
         compile_, compile_warning = hardware.resolve_compile(cfg.train.compile, cfg.algo.name, cfg.network,
-                                                             cfg.train.total_timesteps,
-                                                             ALGORITHMS[cfg.algo.name].compiles)
+                                                             cfg.train.total_timesteps)
         if started is not None and cfg.train.compile == "auto" and started.compile is not None:
             compile_ = started.compile
         train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision, "compile": compile_})
@@ -280,7 +279,7 @@ class Trainer:
             opened.callback(train_envs.close)
             eval_envs, _ = envs_lib.make(env_cfg, cfg.eval.num_envs or min(cfg.eval.episodes, 16), evaluation=True)
             opened.callback(eval_envs.close)
-            agent = ALGORITHMS[cfg.algo.name](run_cfg, spec, self.device)
+            agent = algorithm(cfg.algo.name)(run_cfg, spec, Runtime.of(run_cfg.train, self.device))
             opened.pop_all()
         return Built(train_envs, eval_envs, spec, agent)
 
@@ -508,7 +507,7 @@ class Trainer:
     def _save(self, agent, train_envs, progress: Progress, best_return: float | None,
               lockstep: distributed.Lockstep | None) -> None:
         """Everything a resumed run needs to continue as if never stopped (across processes: every rank's part)."""
-        others = lockstep.gather(None, agent.optimizer.flat) if lockstep is not None else []
+        others = lockstep.gather(None, agent.synced_parameters()) if lockstep is not None else []
         weights, agent_arrays, rest = ckpt.split_agent_state(agent.state_dict())
         for name, tensor in weights.items():  # never checkpoint a diverged state: the last good one stays last
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):

@@ -4,8 +4,9 @@ Layers, lowest first: package defaults (the field defaults of `rlfoundry.config.
 defaults (the algo config's defaults) → env preset → variant → experiment file → CLI `a.b=value`
 overrides. `rlfoundry.spec.load` merges the layers as plain dicts and validates the result once.
 
-It sits above the algorithms because the `algo` section is the config class each algorithm file defines
-beside its loss (`PPOConfig` in `algos/ppo.py`); the sections below the algorithms stay in `rlfoundry.config`.
+It sits above the algorithms because the `algo` section is the config class each algorithm states on its class
+(`PPO.config`, `PPOConfig` in `algos/ppo.py`), plugins' included; the sections below the algorithms stay in
+`rlfoundry.config`.
 """
 
 from __future__ import annotations
@@ -14,27 +15,14 @@ from typing import Annotated, Any, Union
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from rlfoundry.algos.a2c import A2CConfig
-from rlfoundry.algos.dqn import DQNConfig
-from rlfoundry.algos.dreamer import DreamerConfig
-from rlfoundry.algos.planet import PlaNetConfig
-from rlfoundry.algos.ppo import PPOConfig
-from rlfoundry.algos.reinforce import REINFORCEConfig
-from rlfoundry.algos.sac import SACConfig
-from rlfoundry.algos.simple import SimpleConfig
+from rlfoundry.algos.registry import algorithms, known_monitor_keys
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.sections import (
     CheckpointConfig, EnvConfig, EvalConfig, LoggingConfig, NetworkConfig, Provenance, SolvedConfig, TrainConfig,
 )
 
-# One entry per algorithm; the `name` key of the `algo` section picks the class.
-ALGO_CONFIGS: dict[str, type[StrictModel]] = {
-    "ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig, "sac": SACConfig,
-    "simple": SimpleConfig, "dreamer": DreamerConfig, "planet": PlaNetConfig,
-}
-
-
-RECURRENT_ALGOS = ("ppo", "a2c", "reinforce")  # the algorithms that replay stored sequences for a memory core
+# One entry per registered algorithm; the `name` key of the `algo` section picks the class.
+ALGO_CONFIGS: dict[str, type[StrictModel]] = {name: cls.config for name, cls in algorithms().items()}
 
 
 def _algo_name(value: Any) -> str | None:
@@ -64,12 +52,15 @@ class ExperimentConfig(StrictModel):
     @model_validator(mode="after")
     def _check_sizes(self) -> ExperimentConfig:
         self.algo.check_with(self.env.num_envs)
-        if self.network.core != "identity" and self.algo.name not in RECURRENT_ALGOS:
+        agent = algorithms()[self.algo.name]
+        if self.network.core != "identity" and not agent.memory_cores:
+            recurrent = [name for name, cls in algorithms().items() if cls.memory_cores]
             raise ValueError(
                 f"network.core = '{self.network.core}': memory cores train with algo.name "
-                f"{' or '.join(RECURRENT_ALGOS)}; {self.algo.name} allows only: identity"
+                f"{' or '.join(recurrent)}; {self.algo.name} allows only: identity"
             )
-        self.logging.monitors.resolve(self.algo.name)  # the overrides merged with the algorithm's default monitors
+        # the overrides merged with the algorithm's default monitors
+        self.logging.monitors.resolve(self.algo.name, agent.monitors, known_monitor_keys())
         return self
 
     @property

@@ -1,0 +1,303 @@
+"""The three kinds of loop, each written once: an algorithm subclasses its family and writes its loss and update.
+
+- `OnPolicyAgent` (PPO, A2C, REINFORCE): collect a rollout with the current actor-critic, then `learn` from it.
+- `OffPolicyAgent` (DQN, SAC, TD3): step the envs `train_freq` times with `explore`d actions into a replay; once
+  `learning_starts` steps are stored, `gradient_steps` calls of `update` (one gradient step each); then
+  `after_updates` (target networks on a schedule of env steps).
+- `LatentAgent` (DreamerV3, PlaNet): step the envs with actions from a world model's latent state, storing sequences;
+  after each step, the updates the algorithm's ratio owes.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rlfoundry.algos.base import Agent, Iteration, Memory, Runtime, averaged, finish_iteration
+from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.buffers import sized_by
+from rlfoundry.buffers.replay import (
+    PrioritizedReplayBuffer, ReplayBuffer, collect, load_replay_state, replay_state, start_envs,
+)
+from rlfoundry.buffers.rollout import Rollout, RolloutCollector
+from rlfoundry.envs import env_seed, frame_stack
+from rlfoundry.nets.heads import CategoricalHead
+from rlfoundry.nets.policy import GreedyActorCritic, build_actor_critic, state_norm
+from rlfoundry.world_models.latent import to_env_actions
+
+# ---------------------------------------------------------------- on-policy
+
+
+class OnPolicyAgent(Agent):
+    """An actor-critic `policy` (any memory core), its `optimizer` (a FlatOptimizer, all-reduced across processes)
+    and a rollout `collector`; each iteration collects `algo.num_steps` steps per env and hands them to `learn`."""
+
+    memory_cores = True
+    distributed = True
+    smoke = ("algo.num_steps=64",)
+    compile_evaluate: ClassVar[bool] = True  # train.compile also compiles the policy's `evaluate` (the update's forward)
+
+    def __init__(self, cfg, spec, runtime: Runtime):
+        super().__init__(cfg, spec, runtime)
+        self.policy = build_actor_critic(spec, cfg.network).to(self.device)
+        self.optimizer = self.make_optimizer()
+        self.collector: RolloutCollector | None = None  # built at the first iteration
+        self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
+        if runtime.compile:
+            self.policy.act = runtime.compiled(self.policy.act)
+            if self.compile_evaluate:
+                self.policy.evaluate = runtime.compiled(self.policy.evaluate)
+
+    def make_optimizer(self) -> FlatOptimizer:
+        algo = self.algo
+        return FlatOptimizer(self.policy, algo.lr(0.0), algo.adam_eps, algo.max_grad_norm)
+
+    @abstractmethod
+    def learn(self, rollout: Rollout, progress: float) -> dict[str, float]:
+        """Learn from one rollout; the iteration's metrics."""
+
+    def iterate(self, envs, progress: float) -> Iteration:
+        with self.autocast():
+            rollout, collected = self._collector(envs).collect(self.policy)
+        start = time.perf_counter()
+        metrics = self.learn(rollout, progress)
+        return finish_iteration(collected, self.algo.num_steps * self.spec.num_envs, metrics, start)
+
+    def _collector(self, envs) -> RolloutCollector:
+        """Built at the first iteration; after a resume it continues from the restored envs (`resume_collector`)
+        instead of resetting them."""
+        if self.collector is None:
+            algo = self.algo
+            sequence_length = (getattr(algo, "sequence_length", None) or algo.num_steps) if self.policy.recurrent \
+                else None
+            self.collector = RolloutCollector(envs, self.spec, algo.num_steps, self.device, self.cfg.train.seed,
+                                              resume=self.resume_collector, sequence_length=sequence_length)
+        return self.collector
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
+        return predict_actions(self.policy, self.spec, self.runtime, obs, deterministic, memory)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.collector is not None:  # the observation the next rollout starts from
+            state["collector"] = {key: torch.from_numpy(value) for key, value in self.collector.state().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if "collector" in state:  # used when the first iteration builds the collector: no env reset
+            self.resume_collector = {key: value.numpy() for key, value in state["collector"].items()}
+
+    def forget_env_position(self) -> None:
+        self.resume_collector = None
+
+    def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
+        return actor_critic_outputs(self.policy, self.runtime, obs, before, after)
+
+    def acting_network(self) -> torch.nn.Module:
+        return GreedyActorCritic(self.policy, self.spec)
+
+    def synced_parameters(self) -> torch.Tensor:
+        return self.optimizer.flat
+
+
+def predict_actions(policy, spec, runtime: Runtime, obs: np.ndarray, deterministic: bool,
+                    memory: Memory | None) -> np.ndarray:
+    """An actor-critic's actions for a batch of observations, as the env takes them (Gaussian means/samples
+    clipped)."""
+    with torch.inference_mode(), runtime.autocast():
+        tensor = torch.as_tensor(np.asarray(obs, dtype=spec.obs_dtype), device=runtime.device)
+        if not policy.recurrent:
+            actions = policy.predict(tensor, deterministic)[0].cpu().numpy()
+        else:
+            if memory is None:
+                raise ValueError("a recurrent policy needs a Memory to carry its state between predict calls")
+            state = memory.state if memory.state is not None else policy.initial_state(len(tensor))
+            starts = None if memory.starts is None else torch.as_tensor(memory.starts, device=runtime.device)
+            out, memory.state = policy.predict(tensor, deterministic, state, starts)
+            actions = out.cpu().numpy()
+    if spec.discrete:
+        return actions
+    return np.clip(actions, spec.action_space.low, spec.action_space.high)
+
+
+def actor_critic_outputs(policy, runtime: Runtime, obs: torch.Tensor, before: Any, after: Any) -> dict[str, Any]:
+    """The inspector's outputs of an ActorCritic on o_t from the memory before it (the one `act` started from)."""
+    state = before if before is not None or not policy.recurrent else policy.initial_state(1)
+    with torch.inference_mode(), runtime.autocast():
+        actor, critic, _ = policy._features(obs, state, None, 1)
+        head, value = policy.pi(actor)[0].float(), float(policy.v(critic)[0])
+    outputs: dict[str, Any] = {"value": value, "memory_norm": state_norm(after) if policy.recurrent else None}
+    if isinstance(policy.pi, CategoricalHead):
+        return {**outputs, "probs": head.exp().cpu().numpy()}
+    std = policy.pi.log_std.detach().float().exp().expand_as(head)
+    return {**outputs, "mean": head.cpu().numpy(), "std": std.cpu().numpy()}
+
+
+# ---------------------------------------------------------------- off-policy
+
+
+class OffPolicyAgent(Agent):
+    """A `replay` of transitions and the env steps taken (`env_steps`); its config has buffer_size, learning_starts,
+    batch_size, train_freq, gradient_steps, gamma and n_step. `rng` (seeded from train.seed + 1) draws exploration and
+    replay samples."""
+
+    smoke = ("algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16")
+
+    def __init__(self, cfg, spec, runtime: Runtime):
+        super().__init__(cfg, spec, runtime)
+        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
+        self.obs: np.ndarray | None = None  # the observation the next step starts from
+        self.env_steps = 0
+
+    def make_replay(self, action_shape: tuple[int, ...], action_dtype, prioritized: bool = False,
+                    **extra) -> ReplayBuffer:
+        algo = self.algo
+        kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+        with sized_by("algo.buffer_size", algo.buffer_size):
+            return kind(algo.buffer_size, self.spec.num_envs, self.spec.obs_shape, self.spec.obs_dtype, action_shape,
+                        action_dtype, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack(self.cfg.env),
+                        **extra)
+
+    # ------------------------------------------------------------ what an algorithm writes
+
+    @abstractmethod
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """The actions that collect experience from `obs` [B, ...], as the env takes them."""
+
+    @abstractmethod
+    def update(self, progress: float) -> dict[str, torch.Tensor]:
+        """One gradient step from a replay sample; its metrics (tensors: they are read once per iteration)."""
+
+    def schedule(self, progress: float) -> None:
+        """Set what follows a schedule (learning rates, ε) at the start of an iteration."""
+
+    def diagnostics(self) -> dict[str, float]:
+        """Metrics of every iteration besides the updates' (ε)."""
+        return {}
+
+    def after_updates(self) -> None:
+        """After each iteration's updates (target networks updated on a schedule of env steps)."""
+
+    # ------------------------------------------------------------ the loop
+
+    def iterate(self, envs, progress: float) -> Iteration:
+        algo = self.algo
+        self.schedule(progress)
+        if self.obs is None:
+            self.obs = start_envs(envs, self.replay, self.cfg.train.seed)
+        collected = collect(envs, self.replay, self.obs, self.explore, algo.train_freq)
+        self.obs = collected.obs
+        self.env_steps += algo.train_freq * self.spec.num_envs
+        start = time.perf_counter()
+        metrics = {**self.diagnostics(), "diag/replay_size": float(len(self.replay))}
+        if self.learning():
+            metrics.update(averaged(algo.gradient_steps, lambda: self.update(progress)))
+        self.after_updates()
+        return finish_iteration(collected, algo.train_freq * self.spec.num_envs, metrics, start)
+
+    def learning(self) -> bool:
+        return self.env_steps >= self.algo.learning_starts and len(self.replay) >= self.algo.batch_size
+
+    def random_actions(self) -> np.ndarray:
+        """Uniformly random actions for every env (the exploration before learning starts, as SB3)."""
+        space, num_envs = self.spec.action_space, self.spec.num_envs
+        if self.spec.discrete:
+            return self.rng.integers(space.n, size=num_envs)
+        return self.rng.uniform(space.low, space.high, size=(num_envs, *space.shape)).astype(np.float32)
+
+    def replay_state(self, **counters) -> dict[str, Any]:
+        """The replay, the next observation and the counters (env steps, the generator, and `counters`)."""
+        return {"replay": replay_state(self.replay, self.obs),  # numpy arrays: they go to the checkpoint's .npz
+                "counters": {"env_steps": self.env_steps, **counters, "rng": self.rng.bit_generator.state}}
+
+    def load_replay_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Restore what `replay_state` saved; returns the counters."""
+        self.obs = load_replay_state(self.replay, state["replay"])
+        counters = state["counters"]
+        self.env_steps = counters["env_steps"]
+        self.rng.bit_generator.state = counters["rng"]
+        return counters
+
+    def forget_env_position(self) -> None:
+        self.obs = None
+
+
+# ---------------------------------------------------------------- latent world models
+
+
+class LatentAgent(Agent):
+    """A world model acting from its latent state: `replay` (a SequenceReplay), `memory` (the acting state), `obs`
+    (None before the first step), `env_steps` and `updates`; the algorithm chooses actions (`explore`), says how many
+    updates each step owes (`updates_owed`) and writes one update (`update`). Actions are in [-1, 1] for Box
+    spaces (`to_env` scales them)."""
+
+    compiles = False  # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes (README)
+
+    def __init__(self, cfg, spec, runtime: Runtime):
+        super().__init__(cfg, spec, runtime)
+        self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
+        self.obs: np.ndarray | None = None
+        self.memory = Memory()
+        self.env_steps = 0
+        self.updates = 0
+
+    @abstractmethod
+    def explore(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Actions (the replay's units) for `obs`, and their latent features or None, updating `self.memory`."""
+
+    @abstractmethod
+    def updates_owed(self, done: np.ndarray) -> int:
+        """After a step whose episodes ended where `done`: the updates due now."""
+
+    @abstractmethod
+    def update(self) -> dict[str, torch.Tensor]:
+        """One update of the world model (and the behaviour); its metrics."""
+
+    def iterate(self, envs, progress: float) -> Iteration:
+        """`algo.collect_steps` vector steps, each stored, each followed by the updates it owes."""
+        if self.obs is None:
+            self.obs, _ = envs.reset(seed=env_seed(self.cfg.train.seed))
+            self.replay.start(self.obs)
+            self.memory = Memory()
+        steps = self.algo.collect_steps
+        returns, lengths, totals = [], [], {}
+        time_env = time_act = time_learn = 0.0
+        updates = 0
+        for _ in range(steps):
+            tick = time.perf_counter()
+            actions, latents = self.explore(self.obs)
+            middle = time.perf_counter()
+            next_obs, rewards, terminated, truncated, info = envs.step(self.to_env(actions))
+            time_act += middle - tick
+            time_env += time.perf_counter() - middle
+            done = terminated | truncated
+            self.replay.add(actions, latents, next_obs, rewards, terminated, truncated)
+            self.memory.ended(done)
+            self.obs = next_obs
+            self.env_steps += self.spec.num_envs
+            if "_episode" in info:
+                ended = info["_episode"]
+                returns.extend(info["episode"]["r"][ended].tolist())
+                lengths.extend(info["episode"]["l"][ended].tolist())
+            start = time.perf_counter()
+            for _ in range(self.updates_owed(done)):
+                for key, value in self.update().items():
+                    totals[key] = totals.get(key, 0.0) + float(value)
+                updates += 1
+            time_learn += time.perf_counter() - start
+        metrics = {key: value / updates for key, value in totals.items()}
+        metrics.update({"diag/replay_size": float(len(self.replay)), "diag/updates": float(self.updates),
+                        "time/env": time_env, "time/act": time_act, "time/learn": time_learn})
+        return Iteration(steps * self.spec.num_envs, metrics, returns, lengths)
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        return to_env_actions(actions, self.spec.action_space)
+
+    def forget_env_position(self) -> None:
+        self.obs = None
