@@ -22,16 +22,16 @@ from typing import Any, Literal
 import torch
 from pydantic import Field, PositiveInt
 
+from rlfoundry.algos.base import AlgorithmConfig
 from rlfoundry.algos.families import OnPolicyAgent
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.algos.ppo import explained_variance
 from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatches
-from rlfoundry.config.base import StrictModel
 from rlfoundry.config.monitors import ENTROPY_COLLAPSE, GRAD_EXPLOSION, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
 
 
-class A2CConfig(StrictModel):
+class A2CConfig(AlgorithmConfig):
     name: Literal["a2c"] = "a2c"
     lr: Schedule = Field(Schedule(start=7e-4), description="Learning rate (number or lin_<start>).")
     num_steps: PositiveInt = Field(5, description="Steps per env in each rollout (the n of n-step returns).")

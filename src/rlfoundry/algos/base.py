@@ -50,6 +50,19 @@ class Memory:
         self.starts, self._ended = self._ended, np.asarray(done, dtype=bool)
 
 
+class AlgorithmConfig(StrictModel):
+    """The `algo` section of one algorithm: a `name` field, Literal[its name] and defaulting to it, then its settings,
+    each with a description."""
+
+    def check_with(self, num_envs: int) -> None:
+        """Check the settings that depend on the env count (a ValueError naming the key)."""
+
+    @staticmethod
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
+        """Config layers for an env without a preset, chosen from its spaces (env, algo, network, train sections)."""
+        return {}
+
+
 @dataclass(frozen=True)
 class Runtime:
     """Where and how an agent computes: its device, `train.precision` and `train.compile` as the run resolved them.
@@ -92,7 +105,7 @@ class Agent(ABC):
     """
 
     name: ClassVar[str]  # algo.name in configs and ENV_ID:ALGO specs
-    config: ClassVar[type[StrictModel]]  # the `algo` section's schema (its `name` field is Literal[name])
+    config: ClassVar[type[AlgorithmConfig]]  # the `algo` section's schema (its `name` field is Literal[name])
     memory_cores: ClassVar[bool] = False  # network.core may be a memory core (it replays stored sequences)
     distributed: ClassVar[bool] = False  # runs across processes (`--nproc`, torchrun): one all-reduced gradient
     compiles: ClassVar[bool] = True  # train.compile compiles something; where not, true runs eager with a warning

@@ -25,10 +25,9 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Runtime
+from rlfoundry.algos.base import AlgorithmConfig, Runtime
 from rlfoundry.algos.families import OffPolicyAgent
 from rlfoundry.algos.optim import FlatOptimizer
-from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
@@ -36,7 +35,7 @@ from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.policy import Greedy, QNetwork
 
 
-class DQNConfig(StrictModel):
+class DQNConfig(AlgorithmConfig):
     name: Literal["dqn"] = "dqn"
     lr: Schedule = Field(Schedule(start=1e-4), description="Adam learning rate (number or lin_<start>).")
     buffer_size: PositiveInt = Field(1_000_000, description="Replay capacity in transitions.")

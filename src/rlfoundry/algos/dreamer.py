@@ -36,11 +36,10 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 from torch import nn
 from torch.distributions import Categorical
 
-from rlfoundry.algos.base import Memory, Runtime
+from rlfoundry.algos.base import AlgorithmConfig, Memory, Runtime
 from rlfoundry.algos.families import LatentAgent
 from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.sequences import SequenceReplay
-from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.world_models import dists
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
@@ -59,7 +58,7 @@ SIZES = {"size1m": (512, 64, 4, 64, 4), "size12m": (2048, 256, 16, 256, 16), "si
          "size200m": (8192, 1024, 64, 1024, 64)}
 
 
-class DreamerConfig(StrictModel):
+class DreamerConfig(AlgorithmConfig):
     name: Literal["dreamer"] = "dreamer"
     size: Literal[tuple(SIZES)] | None = Field(  # type: ignore[valid-type]
         "size1m", description="A reference model size: fills model.rssm.{deter,hidden,classes}, every width "

@@ -28,11 +28,10 @@ import numpy as np
 import torch
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from rlfoundry.algos.base import Memory, Runtime
+from rlfoundry.algos.base import AlgorithmConfig, Memory, Runtime
 from rlfoundry.algos.families import LatentAgent
 from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.sequences import SequenceReplay
-from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.world_models.latent import (
     ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, env_defaults, observe_latest,
@@ -60,7 +59,7 @@ def merged(base: dict, given: dict) -> dict:
     return out
 
 
-class PlaNetConfig(StrictModel):
+class PlaNetConfig(AlgorithmConfig):
     name: Literal["planet"] = "planet"
     model: LatentModelConfig = Field(default_factory=lambda: LatentModelConfig(**PLANET_MODEL),
                                      description="The world model; what is given here changes PlaNet's settings.")

@@ -29,15 +29,14 @@ import torch
 from pydantic import Field, PositiveInt, field_validator
 
 from rlfoundry.algos import ranks
-from rlfoundry.algos.base import Runtime
+from rlfoundry.algos.base import AlgorithmConfig, Runtime
 from rlfoundry.algos.families import OnPolicyAgent
 from rlfoundry.buffers.rollout import evaluate_minibatch, gae, minibatch_count, minibatches
-from rlfoundry.config.base import StrictModel
 from rlfoundry.config.monitors import ENTROPY_COLLAPSE, GRAD_EXPLOSION, VALUE_BLOWUP, MonitorRule
 from rlfoundry.config.schedule import Schedule
 
 
-class PPOConfig(StrictModel):
+class PPOConfig(AlgorithmConfig):
     name: Literal["ppo"] = "ppo"
     lr: Schedule = Field(Schedule(start=2.5e-4), description="Adam learning rate (number or lin_<start>).")
     num_steps: PositiveInt = Field(128, description="Steps per env in each rollout.")

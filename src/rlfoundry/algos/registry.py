@@ -16,13 +16,18 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import warnings
 from functools import cache
 from importlib.metadata import entry_points
 
-from rlfoundry.algos.base import Agent
+from rlfoundry.algos.base import Agent, AlgorithmConfig
 from rlfoundry.config.errors import ConfigError
 
 GROUP = "rlfoundry.algorithms"
+
+
+class PluginWarning(UserWarning):
+    """An installed algorithm plugin that cannot be used (it is left out)."""
 
 
 def _concrete(cls: object) -> bool:
@@ -39,29 +44,42 @@ def algorithms() -> dict[str, type[Agent]]:
         module = importlib.import_module(f"{package.__name__}.{module_info.name}")
         for _, cls in inspect.getmembers(module, _concrete):
             if cls.__module__ == module.__name__:
+                _check_config(cls)
                 found[cls.name] = cls
     for point in sorted(entry_points(group=GROUP), key=lambda point: point.name):
         try:
-            cls = point.load()
-        except Exception as exc:  # a broken plugin names itself instead of breaking every command
-            raise ConfigError(f"the algorithm plugin {point.name} = {point.value!r} (entry point group {GROUP}) "
-                              f"cannot be loaded: {type(exc).__name__}: {exc}") from None
-        if not _concrete(cls):
-            raise ConfigError(f"the algorithm plugin {point.name} = {point.value!r}: not a concrete subclass of "
-                              "rlfoundry.algos.Agent with a `name`")
-        if cls.name != point.name:
-            raise ConfigError(f"the algorithm plugin {point.name} = {point.value!r}: its class is named {cls.name!r}; "
-                              "the entry point's name must be the class's `name`")
-        if cls.name in found and found[cls.name] is not cls:
-            raise ConfigError(f"the algorithm plugin {point.name} = {point.value!r}: the name {cls.name!r} is taken by "
-                              f"{found[cls.name].__module__}.{found[cls.name].__qualname__}")
-        found[cls.name] = cls
-    for name, cls in found.items():
-        if getattr(cls, "config", None) is None or cls.config.model_fields.get("name") is None \
-                or cls.config.model_fields["name"].default != name:
-            raise ConfigError(f"algorithm {name}: its `config` must be a StrictModel whose `name` field defaults to "
-                              f"{name!r}")
+            found[point.name] = _plugin(point, found)
+        except ConfigError as exc:  # a broken plugin is left out and says why; every other command still works
+            warnings.warn(str(exc), PluginWarning, stacklevel=2)
     return found
+
+
+def _check_config(cls: type[Agent]) -> None:
+    config = getattr(cls, "config", None)
+    if not (inspect.isclass(config) and issubclass(config, AlgorithmConfig)) \
+            or getattr(config.model_fields.get("name"), "default", None) != cls.name:
+        raise ConfigError(f"algorithm {cls.name} ({cls.__module__}): its `config` must be an AlgorithmConfig whose "
+                          f"`name` field defaults to {cls.name!r}")
+
+
+def _plugin(point, found: dict[str, type[Agent]]) -> type[Agent]:
+    where = f"the algorithm plugin {point.name} = {point.value!r} (entry point group {GROUP})"
+    try:
+        cls = point.load()
+    except Exception as exc:
+        raise ConfigError(f"{where} cannot be loaded, so it is left out: {type(exc).__name__}: {exc}") from None
+    if not _concrete(cls):
+        raise ConfigError(f"{where}: not a concrete subclass of rlfoundry.algos.Agent with a `name`; left out")
+    if cls.name != point.name:
+        raise ConfigError(f"{where}: its class is named {cls.name!r}, not as its entry point; left out")
+    if point.name in found:
+        taken = found[point.name]
+        raise ConfigError(f"{where}: the name is taken by {taken.__module__}.{taken.__qualname__}; left out")
+    try:
+        _check_config(cls)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}; left out") from None
+    return cls
 
 
 def algorithm(name: str) -> type[Agent]:

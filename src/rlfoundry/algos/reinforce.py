@@ -24,14 +24,14 @@ import torch
 from pydantic import Field, PositiveInt
 
 from rlfoundry.algos import ranks
+from rlfoundry.algos.base import AlgorithmConfig
 from rlfoundry.algos.families import OnPolicyAgent
 from rlfoundry.buffers.rollout import discounted_scan, evaluate_minibatch, minibatches
-from rlfoundry.config.base import StrictModel
 from rlfoundry.config.monitors import ENTROPY_COLLAPSE, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
 
 
-class REINFORCEConfig(StrictModel):
+class REINFORCEConfig(AlgorithmConfig):
     name: Literal["reinforce"] = "reinforce"
     lr: Schedule = Field(Schedule(start=1e-3), description="Adam learning rate (number or lin_<start>).")
     num_steps: PositiveInt = Field(500, description="Steps per env in each rollout; should cover whole episodes.")

@@ -37,11 +37,10 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Iteration, Runtime, averaged, finish_iteration
+from rlfoundry.algos.base import AlgorithmConfig, Iteration, Runtime, averaged, finish_iteration
 from rlfoundry.algos.families import OffPolicyAgent
 from rlfoundry.algos.optim import FlatOptimizer, frozen
 from rlfoundry.buffers.replay import Collected
-from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP, MonitorRule
 from rlfoundry.config.schedule import Schedule
@@ -52,7 +51,7 @@ from rlfoundry.nets.policy import (
 )
 
 
-class SACConfig(StrictModel):
+class SACConfig(AlgorithmConfig):
     name: Literal["sac"] = "sac"
     lr: Schedule = Field(Schedule(start=3e-4), description="Adam learning rate of actor, critics and α (a number "
                          "or lin_<start>).")

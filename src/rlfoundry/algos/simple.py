@@ -43,12 +43,11 @@ import numpy as np
 import torch
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from rlfoundry.algos.base import Agent, Iteration, Memory, Runtime
+from rlfoundry.algos.base import Agent, AlgorithmConfig, Iteration, Memory, Runtime
 from rlfoundry.algos.families import actor_critic_outputs
 from rlfoundry.algos.ppo import PPO, PPOConfig
 from rlfoundry.buffers.frames import FrameReplay
 from rlfoundry.buffers.rollout import RolloutCollector
-from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import EnvSpec
 from rlfoundry.nets.heads import CategoricalHead
@@ -67,7 +66,7 @@ MB_PPO = dict(lr=1e-4, num_steps=50, minibatch_size=160, update_epochs=4, clip_c
               vf_coef=0.5, ent_coef=0.01, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5, adam_eps=1e-5)
 
 
-class SimpleConfig(StrictModel):
+class SimpleConfig(AlgorithmConfig):
     name: Literal["simple"] = "simple"
     random_steps: NonNegativeInt = Field(6400, description="Real steps of uniformly random play before epoch 0 (§1).")
     real_steps_per_epoch: PositiveInt = Field(6400, description="Real steps collected per epoch (§1).")

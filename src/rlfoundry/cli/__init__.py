@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import gc
 import sys
+import warnings
 
 import typer
 
+from rlfoundry.cli.algos import algos
 from rlfoundry.cli.bench import bench_app
 from rlfoundry.cli.eval import evaluate_run
 from rlfoundry.cli.inspect import inspect
@@ -33,6 +35,7 @@ app = typer.Typer(
 )
 app.command(context_settings={"allow_extra_args": False})(train)
 app.command()(presets)
+app.command("algos")(algos)
 app.command("trials")(trials)
 app.command("sweep")(sweep)
 app.command("eval", help="Evaluate a run's checkpoint: mean ± std return, optionally mp4 videos.")(evaluate_run)
@@ -46,7 +49,23 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(bench_app, name="bench")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """rlfoundry's own warnings (a plugin left out) as one `warning:` line; the others as Python prints them."""
+    from rlfoundry.algos.registry import PluginWarning
+
+    if issubclass(category, PluginWarning):
+        from rlfoundry.cli.common import warn
+
+        warn(str(message))
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
 def main() -> None:
+    warnings.showwarning = _show_warning
     try:
         app(standalone_mode=True)
     except KeyboardInterrupt:
