@@ -162,6 +162,7 @@ EXPORTED = {
     "lstm": ("CartPole-v1:ppo-lstm", [], None),
     "sac-static": ("Pendulum-v1:sac", ["env.normalize_obs=static"], None),
     "dqn": ("CartPole-v1:dqn", [], None),
+    "td3": ("Pendulum-v1:td3", ["env.normalize_obs=true"], (RNG.normal(size=3), RNG.uniform(0.1, 3.0, size=3), 50.0)),
 }
 
 

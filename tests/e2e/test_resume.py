@@ -22,6 +22,9 @@ CASES = {
     "cartpole": ("CartPole-v1:ppo", 24_576, ["checkpoint.every_steps=2048", "eval.every_steps=4096"], 9_000),
     "sac": ("Pendulum-v1:sac", 1_200, ["algo.learning_starts=200", "checkpoint.every_steps=200", "eval.every_steps=400",
                                        "eval.episodes=1"], 500),
+    # TD3 (small networks): the delay counter, both target networks and the replay travel in the checkpoint
+    "td3": ("Pendulum-v1:td3", 1_200, ["algo.learning_starts=200", "network.hidden_sizes=[32,32]",
+                                       "checkpoint.every_steps=200", "eval.every_steps=400", "eval.episodes=1"], 500),
     "dqn": ("CartPole-v1:dqn", 6_144, ["algo.train_freq=64", "algo.gradient_steps=16", "checkpoint.every_steps=1024",
                                        "eval.every_steps=2048", "eval.episodes=2"], 2_200),
     "hopper": ("Hopper-v5:ppo", 6_144, ["env.num_envs=2", "env.vectorization=sync", "algo.num_steps=256",
@@ -73,7 +76,8 @@ def last_step(path: Path) -> int:
 
 @pytest.mark.parametrize("case, stop", [("cartpole", "SIGKILL"), ("cartpole", "SIGTERM"), ("hopper", "SIGKILL"),
                                         ("dm_control", "SIGKILL"), ("dreamer", "SIGKILL"), ("planet", "SIGKILL"),
-                                        ("dqn", "SIGKILL"), ("sac", "SIGKILL"), ("cartpole-2ranks", "SIGKILL"),
+                                        ("dqn", "SIGKILL"), ("sac", "SIGKILL"), ("td3", "SIGKILL"),
+                                        ("cartpole-2ranks", "SIGKILL"),
                                         ("cartpole-2ranks", "SIGTERM")])
 def test_resumed_run_equals_uninterrupted(tmp_path, case, stop):
     spec, total, overrides, kill_at = CASES[case]

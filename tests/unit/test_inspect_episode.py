@@ -141,6 +141,20 @@ def test_sac_shows_the_gaussian_and_the_twin_q_of_the_action(one_thread):
         assert episode.values[t] == pytest.approx(float(q[0]), rel=1e-5)
 
 
+@pytest.mark.parametrize("name", ["td3", "ddpg"])
+def test_td3_and_ddpg_show_the_action_and_the_smaller_q_of_it(one_thread, name):
+    policy = fresh_policy(f"Pendulum-v1:{name}", "network.hidden_sizes=[32,32]")
+    episode = record_episode(policy, seed=SEED, max_steps=8, frames=False)
+    rows = replay(policy, SEED, 8)
+    for t, (obs, _, action, _) in enumerate(rows):
+        x = net_input(policy, obs)
+        with torch.no_grad():
+            q = policy.agent.critic(x, torch.as_tensor(action[None], dtype=torch.float32)).min(0).values
+        np.testing.assert_allclose(episode.means[t], action, rtol=1e-6)  # a deterministic actor: its mean acts
+        assert episode.values[t] == pytest.approx(float(q[0]), rel=1e-5)
+    assert episode.probs is None and episode.stds is None and episode.gamma == policy.cfg.algo.gamma
+
+
 def test_csv_reads_back_and_mp4_has_every_frame(one_thread, tmp_path):
     policy = fresh_policy("CartPole-v1:ppo")
     episode = record_episode(policy, seed=SEED, max_steps=25)

@@ -37,6 +37,10 @@ STREAMS = {
     ("sac", "diag/alpha"): (1.0, 1e-6),  # α collapse
     ("sac", "diag/q_mean"): (-50.0, -1e4),
     ("sac", "loss/critic"): (0.05, 100.0),
+    ("td3", "diag/q_mean"): (-50.0, -1e4),
+    ("td3", "loss/critic"): (0.05, 100.0),
+    ("ddpg", "diag/q_mean"): (-50.0, -1e4),
+    ("ddpg", "loss/critic"): (0.05, 100.0),
 }
 PATIENCE = MonitorsConfig().patience
 

@@ -1,0 +1,226 @@
+"""Twin Delayed DDPG (TD3; Fujimoto et al. 2018, arXiv:1802.09477), and DDPG (Lillicrap et al. 2016,
+arXiv:1509.02971) as its settings: one critic, no target smoothing, no delay (`algo.name: ddpg`).
+
+    for each iteration:
+        step the envs train_freq times with a = clip(μ(s) + ε, low, high), ε ~ N(0, (σ·h)²)
+            (h: half the action range; uniform random actions before learning_starts), into the replay
+        gradient_steps times, on a sampled batch:
+            ã' = clip(μ_target(s') + clip(ε', −c·h, c·h), low, high),  ε' ~ N(0, (σ̃·h)²)   (target smoothing)
+            y = r + γ^n · min_i Q_target_i(s', ã')
+            critic loss = Σ_i mean((Q_i(s, a) − y)²); one Adam step
+            every policy_delay-th step:
+                actor loss = −mean(Q_1(s, μ(s))); one Adam step
+                θ_target ← τ·θ + (1 − τ)·θ_target   (actor and critics)
+
+Deliberate choices: defaults and update order are Stable-Baselines3's TD3 (lr 1e-3 for both networks, batch 256,
+τ 0.005, σ̃ 0.2, c 0.5, delay 2 counted over all gradient steps so far, critic loss Σ_i MSE, 400x300 ReLU
+networks), so rl-baselines3-zoo hyperparameters carry over; noises are in units of half the action range, as SB3
+draws them on actions rescaled to [−1, 1]. Exploration noise σ (`exploration_noise`) is SB3's NormalActionNoise.
+Truncation bootstraps and termination does not.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, PositiveInt
+from torch import nn
+
+from rlfoundry.algos.base import AlgorithmConfig, Runtime
+from rlfoundry.algos.families import OffPolicyAgent
+from rlfoundry.algos.optim import FlatOptimizer, frozen
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
+from rlfoundry.config.schedule import Schedule
+from rlfoundry.nets.encoders import ENCODERS
+from rlfoundry.nets.flat import flatten_parameters
+from rlfoundry.nets.policy import TwinQ
+
+
+class TD3Config(AlgorithmConfig):
+    name: Literal["td3"] = "td3"
+    lr: Schedule = Field(Schedule(start=1e-3), description="Adam learning rate of actor and critics (a number or "
+                         "lin_<start>).")
+    buffer_size: PositiveInt = Field(1_000_000, description="Replay capacity in transitions.")
+    learning_starts: int = Field(100, ge=0, description="Env steps of uniform random actions before learning.")
+    batch_size: PositiveInt = Field(256, description="Transitions per gradient step.")
+    train_freq: PositiveInt = Field(1, description="Vector-env steps per iteration.")
+    gradient_steps: PositiveInt = Field(1, description="Gradient steps per iteration.")
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
+    n_step: PositiveInt = Field(1, description="n-step returns.")
+    tau: float = Field(0.005, gt=0, le=1, description="Polyak factor of the target networks.")
+    exploration_noise: float = Field(0.1, ge=0, description="σ of the Gaussian noise on the actions that collect "
+                                     "experience, in units of half the action range.")
+    policy_delay: PositiveInt = Field(2, description="Critic steps per actor (and target) step.")
+    target_policy_noise: float = Field(0.2, ge=0, description="σ̃ of the target policy smoothing noise, in units of "
+                                       "half the action range (0: none).")
+    target_noise_clip: float = Field(0.5, ge=0, description="The smoothing noise is clipped to ± this.")
+    twin_critics: bool = Field(True, description="Two critics and the minimum of their targets (false: one, DDPG).")
+    adam_eps: float = Field(1e-8, gt=0, description="Adam ε.")
+
+    def check_with(self, num_envs: int) -> None:
+        if self.buffer_size < num_envs * max(self.n_step, 2):
+            raise ValueError(f"algo.buffer_size = {self.buffer_size}: too small for {num_envs} envs")
+
+    @staticmethod
+    def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
+        """An env without a preset: SB3's TD3 defaults (one env, 400x300 ReLU networks) over 1M steps."""
+        return {"env": {"num_envs": 1}, "train": {"total_timesteps": 1_000_000},
+                "network": {"hidden_sizes": [400, 300], "activation": "relu", "ortho_init": False}}
+
+
+class DDPGConfig(TD3Config):
+    """DDPG: TD3 with one critic, no target policy smoothing and no delay (SB3's DDPG is its TD3 so set)."""
+
+    name: Literal["ddpg"] = "ddpg"  # type: ignore[assignment]
+    policy_delay: PositiveInt = Field(1, description="Critic steps per actor (and target) step.")
+    target_policy_noise: float = Field(0.0, ge=0, description="σ̃ of the target policy smoothing noise (0: none).")
+    twin_critics: bool = Field(False, description="One critic (true: TD3's two).")
+
+
+def td3_critic_loss(q: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Σ_i mean((Q_i(s, a) − y)²) for the critics `q` [C, N] and targets `targets` [N]."""
+    return (q - targets).square().mean(-1).sum()
+
+
+def td3_actor_loss(q_first: torch.Tensor) -> torch.Tensor:
+    """−mean(Q_1(s, μ(s))) for the first critic's values of the actor's actions [N]."""
+    return -q_first.mean()
+
+
+def smoothed_targets(next_actions: torch.Tensor, noise: torch.Tensor, clip: float, scale: torch.Tensor,
+                     low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """Target policy smoothing: clip(μ'(s') + clip(noise·h, −c·h, c·h), low, high), with `noise` ~ N(0, σ̃²) drawn
+    in units of half the action range h = `scale`."""
+    return (next_actions + (noise.clamp(-clip, clip) * scale)).clamp(low, high)
+
+
+class DeterministicActor(nn.Module):
+    """encoder → linear → tanh, scaled to the action bounds: μ(s) [N, A]."""
+
+    def __init__(self, spec, net_cfg):
+        super().__init__()
+        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
+        self.out = nn.Linear(self.encoder.out_features, int(spec.action_space.shape[0]))
+        low, high = torch.as_tensor(spec.action_space.low), torch.as_tensor(spec.action_space.high)
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("offset", (high + low) / 2)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.out(self.encoder(obs).squeeze(0)).float()) * self.scale + self.offset
+
+
+class TD3(OffPolicyAgent):
+    name = "td3"
+    config = TD3Config
+    monitors = {"diag/q_mean": Q_DIVERGENCE, "loss/critic": VALUE_BLOWUP}
+
+    def __init__(self, cfg, spec, runtime: Runtime):
+        if spec.discrete or len(spec.action_space.shape) != 1:
+            raise ConfigError(f"algo.name = '{cfg.algo.name}': {spec.id} has {spec.action_space} actions; it acts "
+                              "with a deterministic actor on a 1-D Box (for Discrete actions try sac or dqn)")
+        super().__init__(cfg, spec, runtime)
+        algo, device = self.algo, self.device
+        self.actor = DeterministicActor(spec, cfg.network).to(device)
+        self.critic = TwinQ(spec, cfg.network, critics=2 if algo.twin_critics else 1).to(device)
+        self.actor_target = copy.deepcopy(self.actor)
+        self.critic_target = copy.deepcopy(self.critic)
+        self.actor_opt = FlatOptimizer(self.actor, algo.lr(0.0), algo.adam_eps, None)
+        self.critic_opt = FlatOptimizer(self.critic, algo.lr(0.0), algo.adam_eps, None)
+        self.actor_target_flat = flatten_parameters(self.actor_target).requires_grad_(False)
+        self.critic_target_flat = flatten_parameters(self.critic_target).requires_grad_(False)
+        self.replay = self.make_replay(spec.action_space.shape, np.float32)
+        self.low = torch.as_tensor(spec.action_space.low, dtype=torch.float32, device=device)
+        self.high = torch.as_tensor(spec.action_space.high, dtype=torch.float32, device=device)
+        self.half_range = (spec.action_space.high - spec.action_space.low) / 2  # the unit of the noises
+        self.updates = 0  # gradient steps so far: the actor steps on every policy_delay-th
+        runtime.compile_modules(self.actor, self.critic, self.actor_target, self.critic_target)
+
+    def schedule(self, progress: float) -> None:
+        if self.algo.lr.kind != "constant":
+            lr = self.algo.lr(progress)
+            self.actor_opt.set_lr(lr)
+            self.critic_opt.set_lr(lr)
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        if self.env_steps < self.algo.learning_starts:
+            return self.random_actions()
+        actions = self._act(obs)
+        noise = self.rng.normal(0.0, self.algo.exploration_noise, size=actions.shape) * self.half_range
+        return np.clip(actions + noise, self.spec.action_space.low, self.spec.action_space.high).astype(np.float32)
+
+    def update(self, progress: float) -> dict[str, torch.Tensor]:
+        algo = self.algo
+        batch = self.replay.sample(algo.batch_size, self.rng)
+        tensor = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
+        obs, actions, next_obs = tensor(batch.obs), tensor(batch.actions), tensor(batch.next_obs)
+        with torch.no_grad(), self.autocast():
+            next_actions = self.actor_target(next_obs)
+            if algo.target_policy_noise > 0:
+                noise = torch.randn_like(next_actions) * algo.target_policy_noise
+                next_actions = smoothed_targets(next_actions, noise, algo.target_noise_clip, self.actor.scale,
+                                                self.low, self.high)
+            next_q = self.critic_target(next_obs, next_actions).float().amin(0)
+            targets = tensor(batch.rewards) + tensor(batch.discounts) * next_q
+        with self.autocast():
+            q = self.critic(obs, actions).float()
+        critic_loss = td3_critic_loss(q, targets)
+        self.critic_opt.update(critic_loss)
+        self.updates += 1
+        stats = {"loss/critic": critic_loss.detach().double(), "diag/q_mean": q.detach().mean().double()}
+        if self.updates % algo.policy_delay == 0:
+            with self.autocast(), frozen(self.critic):  # gradients for the actions only
+                actor_loss = td3_actor_loss(self.critic(obs, self.actor(obs)).float()[0])
+            self.actor_opt.update(actor_loss)
+            self.critic_target_flat.data.lerp_(self.critic_opt.flat.data, algo.tau)
+            self.actor_target_flat.data.lerp_(self.actor_opt.flat.data, algo.tau)
+            stats["loss/actor"] = actor_loss.detach().double()
+        return stats
+
+    def _act(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode(), self.autocast():
+            return self.actor(torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)).cpu().numpy()
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
+        """μ(s); with exploration noise (from NumPy's global generator, which an evaluation gives a state of its own)
+        when not deterministic."""
+        actions = self._act(obs)
+        if not deterministic:
+            noise = np.random.normal(0.0, self.algo.exploration_noise, size=actions.shape)
+            actions = actions + noise * self.half_range
+        return np.clip(actions, self.spec.action_space.low, self.spec.action_space.high)
+
+    def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
+        with torch.inference_mode(), self.autocast():
+            mean = self.actor(obs)[0].float()
+            taken = torch.as_tensor(np.asarray(action, dtype=np.float32)[None], device=obs.device)
+            value = float(self.critic(obs, taken).float().amin(0)[0])
+        return {"mean": mean.cpu().numpy(), "value": value}
+
+    def acting_network(self) -> nn.Module:
+        return self.actor
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+            "actor_target": self.actor_target.state_dict(), "critic_target": self.critic_target.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+            **self.replay_state(updates=self.updates),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.actor_target.load_state_dict(state["actor_target"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.updates = self.load_replay_state(state)["updates"]
+
+
+class DDPG(TD3):
+    name = "ddpg"
+    config = DDPGConfig
