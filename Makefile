@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo lint test test-fast bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -27,7 +27,11 @@ demo: $(STAMP)
 
 # One test worker per usable core (CPU affinity, cgroup quota); `make test WORKERS=0` runs them in one process.
 CORES = $$($(PY) -c 'from rlfoundry.config.cores import usable_cores; print(usable_cores())')
-test: $(STAMP)
+# Lint (ruff: pyflakes, pycodestyle, import order, pyupgrade, bugbear, complexity ≤ 15; settings in pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks examples
+
+test: lint
 	$(PY) -m pytest -q -n $(or $(WORKERS),$(CORES)) --dist loadgroup
 
 test-fast: $(STAMP)

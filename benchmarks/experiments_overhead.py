@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from common import workers_parser
+
 from rlfoundry.run.hardware import machine
 
 SHORT = ["eval.every_steps=0", "eval.episodes=2", "logging.tensorboard=false", "train.device=cpu",

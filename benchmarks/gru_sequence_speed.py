@@ -15,8 +15,8 @@ import torch
 from common import per_call_ms
 from torch import nn
 
-from rlfoundry.run.hardware import machine
 from rlfoundry.nets.cores import _GRUSequence
+from rlfoundry.run.hardware import machine
 
 
 def main() -> None:

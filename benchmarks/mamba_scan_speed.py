@@ -17,8 +17,8 @@ import argparse
 import torch
 from common import per_call_ms
 
-from rlfoundry.run.hardware import machine
 from rlfoundry.nets.cores import _SelectiveScan
+from rlfoundry.run.hardware import machine
 
 
 def autograd_loop(dt, A, u, B, C, h0, starts):

@@ -16,8 +16,9 @@ import statistics
 from pathlib import Path
 
 from common import publish
-from rlfoundry.bench.train import bench_train
+
 from rlfoundry.bench.arch import CORE_NAMES, parse_cores
+from rlfoundry.bench.train import bench_train
 from rlfoundry.run.hardware import machine
 
 

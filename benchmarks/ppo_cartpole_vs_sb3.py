@@ -25,8 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlfoundry.run.hardware import machine
 from common import add_threads, frameworks, in_turn, rlfoundry_threads, sb3_missing, sb3_threads, threads_label
+
+from rlfoundry.run.hardware import machine
 
 SOLVED = 475.0
 EVAL_EVERY = 5_000
@@ -37,8 +38,9 @@ N_ENVS = 8
 # ---------------------------------------------------------------- rlfoundry
 
 def run_rlfoundry(seed: int, steps: int, threads: str | int, solve: bool, tmp: Path) -> dict:
-    import rlfoundry
     from rich.console import Console
+
+    import rlfoundry
     from rlfoundry.spec.load import load_config
 
     overrides = [

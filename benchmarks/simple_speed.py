@@ -35,20 +35,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import publish
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from common import publish
+from rlfoundry.algos import Runtime
 from rlfoundry.algos.simple import MB_PPO, SimpleConfig
 from rlfoundry.buffers.rollout import RolloutCollector
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.run.hardware import machine
 from rlfoundry.world_models.next_frame import (
-    LatentMixing, NextFrameConfig, NextFramePredictor, SimulatedStep, colour_argmax, latent_mixing,
+    LatentMixing,
+    NextFrameConfig,
+    NextFramePredictor,
+    SimulatedStep,
+    colour_argmax,
+    latent_mixing,
 )
 from rlfoundry.world_models.simulated_env import SimulatedEnv
 from rlfoundry.world_models.training import MAX_GRAD_NORM, Adafactor, input_noise, world_model_loss
-from rlfoundry.algos import Runtime
 
 ENV_ID = "ALE/Pong-v5"
 NUM_ACTIONS = 6  # Pong's minimal action set

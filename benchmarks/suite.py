@@ -27,8 +27,8 @@ import yaml
 
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.experiments import stats
-from rlfoundry.experiments.results import read_run
 from rlfoundry.experiments.processes import sigterm_interrupts
+from rlfoundry.experiments.results import read_run
 from rlfoundry.experiments.trials import plan, run_trials
 from rlfoundry.run.hardware import detect, machine
 from rlfoundry.run.rundir import run_status, versions

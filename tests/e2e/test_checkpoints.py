@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import rlfoundry
+from rlfoundry.algos import Runtime
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run.trainer import RunFailed
-from rlfoundry.algos import Runtime
 from tests.conftest import output_of
 
 

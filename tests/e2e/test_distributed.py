@@ -136,7 +136,7 @@ def _gradients_and_differences(rank: int):
 
 
 def test_gradients_are_sample_weighted_and_differences_are_found():
-    for rank, (weighted, averaged, stepped, same, apart, count) in _run_pair(_gradients_and_differences).items():
+    for _rank, (weighted, averaged, stepped, same, apart, count) in _run_pair(_gradients_and_differences).items():
         assert weighted and averaged == [1.25] * 4  # (3 × 1 + 1 × 2) / 4
         assert not stepped  # nobody steps
         assert same == 0.0 and apart == 0.5

@@ -14,9 +14,9 @@ import torch
 import yaml
 
 import rlfoundry
+from rlfoundry.algos import Runtime
 from rlfoundry.run.trainer import SUMMARY_KEYS
 from rlfoundry.spec.load import load_config
-from rlfoundry.algos import Runtime
 from tests.conftest import is_timing
 
 CLI = [sys.executable, "-m", "rlfoundry.cli"]

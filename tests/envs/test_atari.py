@@ -24,21 +24,6 @@ pytest.importorskip("ale_py")
 BACKENDS = ["vector", "single"]
 
 
-@pytest.fixture
-def build():
-    """make() for an ALE id with `env.atari` options, closing every env the test built."""
-    built = []
-
-    def _build(env_id: str = "ALE/Breakout-v5", num_envs: int = 2, env_options: dict | None = None, **atari):
-        envs, spec = make(EnvConfig(id=env_id, num_envs=num_envs, atari=atari, **(env_options or {})))
-        built.append(envs)
-        return envs, spec
-
-    yield _build
-    for envs in built:
-        envs.close()
-
-
 def random_actions(envs, steps: int, seed: int):
     """Reset with `seed` and yield each step's results under uniformly random actions."""
     envs.reset(seed=seed)
@@ -63,7 +48,7 @@ def test_builds_and_steps(build, env_id, num_actions, backend):
     obs, info = envs.reset(seed=0)
     assert obs.dtype == np.uint8 and obs.shape == (3, 4, 84, 84)
     assert {"lives", "episode_frame_number"} <= info.keys()
-    for obs, rewards, terminated, truncated, info in random_actions(envs, 20, seed=0):
+    for obs, rewards, terminated, truncated, _ in random_actions(envs, 20, seed=0):
         assert obs.dtype == np.uint8 and obs.shape == (3, 4, 84, 84)
         assert rewards.dtype == np.float32 and rewards.shape == (3,)
         assert terminated.dtype == np.bool_ and truncated.dtype == np.bool_ and terminated.shape == (3,)

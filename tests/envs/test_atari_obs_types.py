@@ -18,10 +18,8 @@ from gymnasium.vector import SyncVectorEnv
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import AtariConfig, EnvConfig
 from rlfoundry.envs import find_wrapper, make, probe_spaces, register_optional_families
-from rlfoundry.envs.atari import AtariEpisodes, make_env
+from rlfoundry.envs.atari import make_env
 from rlfoundry.envs.state import capture, restore
-
-from test_atari import build  # noqa: F401  (the fixture: make() for an ALE id with env.atari options)
 
 pytest.importorskip("ale_py")
 register_optional_families()
@@ -95,7 +93,7 @@ def test_ram_is_what_ale_reports_after_the_step(build):
     envs, _ = build(num_envs=2, frame_stack=3, obs_type="ram")
     subs = sub_envs(envs)
     previous, _ = envs.reset(seed=1)
-    for _, (obs, _, terminated, truncated, _) in random_steps(envs, 80, seed=1):
+    for _, (obs, _, _terminated, _truncated, _) in random_steps(envs, 80, seed=1):
         for i, sub in enumerate(subs):
             np.testing.assert_array_equal(obs[i, -128:], sub.unwrapped.ale.getRAM())
         np.testing.assert_array_equal(obs[:, :-128], previous[:, 128:])  # no game reset in 80 Breakout steps

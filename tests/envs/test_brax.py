@@ -19,14 +19,13 @@ from gymnasium.utils.env_checker import check_env
 pytest.importorskip("brax")
 
 import jax  # noqa: E402
+from rollouts import rollout  # noqa: E402  (tests/envs/rollouts.py)
 
 from rlfoundry.config.errors import ConfigError  # noqa: E402
 from rlfoundry.config.sections import EnvConfig  # noqa: E402
-from rlfoundry.envs import choose_vectorization, make, probe_spaces  # noqa: E402
 from rlfoundry.envs import brax as brax_envs  # noqa: E402  (registers the ids)
+from rlfoundry.envs import choose_vectorization, make, probe_spaces  # noqa: E402
 from rlfoundry.envs import state as envs_state  # noqa: E402
-
-from rollouts import rollout  # noqa: E402  (tests/envs/rollouts.py)
 
 FAST = "brax/fast-v0"
 PENDULUM = "brax/inverted_pendulum-v0"
@@ -225,7 +224,7 @@ def test_make_gives_episode_statistics_through_the_vector_entry_point():
     assert spec.vectorization == "vector_entry_point" and spec.obs_shape == (2,) and not spec.discrete
     envs.reset(seed=0)
     total = np.zeros(NUM_ENVS)
-    for step in range(4):
+    for _step in range(4):
         _, rewards, terminated, truncated, info = envs.step(np.ones((NUM_ENVS, 1), np.float32))
         total += rewards
     assert truncated.all() and not terminated.any()

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from rollouts import rollout  # tests/envs/rollouts.py
 
 from rlfoundry.config import cores
 from rlfoundry.config.cores import SHARE_VARIABLE
@@ -20,8 +21,6 @@ from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import env_fn, load_family, make, make_kwargs
 from rlfoundry.envs.state import capture, restore
 from rlfoundry.envs.wrappers import ActionRepeat
-
-from rollouts import rollout  # tests/envs/rollouts.py
 
 dmc = pytest.importorskip("rlfoundry.envs.dm_control", exc_type=ImportError)
 
@@ -222,7 +221,7 @@ def test_restored_envs_continue_exactly(build):
     ended = False
     for _ in range(60):
         action = a.action_space.sample()
-        (oa, ra, ta, ua, ia), (ob, rb, tb, ub, ib) = a.step(action), b.step(action)
+        (oa, ra, ta, ua, ia), (ob, rb, tb, ub, _) = a.step(action), b.step(action)
         for x, y in ((oa, ob), (ra, rb), (ta, tb), (ua, ub)):
             np.testing.assert_array_equal(x, y)
         ended |= "episode" in ia

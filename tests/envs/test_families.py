@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.wrappers import vector as vw
+from rollouts import rollout  # tests/envs/rollouts.py
 
 from rlfoundry import envs as envs_module
 from rlfoundry.config import cores as cores_module
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import EnvSpec, copy_obs_stats, find_wrapper, make
-
-from rollouts import rollout  # tests/envs/rollouts.py
 
 NUM_ENVS = 2
 STEPS = 50

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.wrappers import vector as vw
+from rollouts import rollout  # tests/envs/rollouts.py
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import find_wrapper, make, probe_spaces
 from rlfoundry.envs.wrappers import MaskObservation
 from rlfoundry.spec.load import load_config
-
-from rollouts import rollout  # tests/envs/rollouts.py
 
 
 @pytest.fixture

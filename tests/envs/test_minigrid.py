@@ -6,12 +6,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from rollouts import rollout  # tests/envs/rollouts.py
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig, MiniGridConfig
 from rlfoundry.envs import make, probe_spaces, register_optional_families
-
-from rollouts import rollout  # tests/envs/rollouts.py
 
 EMPTY = "MiniGrid-Empty-5x5-v0"  # 5×5 walls included; agent at (1, 1) facing right, goal at (3, 3)
 TO_GOAL = [2, 2, 1, 2, 2]  # forward, forward, turn right, forward, forward

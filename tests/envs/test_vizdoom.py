@@ -119,7 +119,7 @@ def test_the_scenario_timeout_is_a_truncation_with_the_last_screen_repeated():
     env = single(EnvConfig(id=BASIC))
     try:
         env.reset(seed=0)
-        for step in range(1, 100):
+        for step in range(1, 100):  # noqa: B007 (the step the loop ends at is what the test checks)
             obs, reward, terminated, truncated, _ = env.step(NOOP)  # no shot: the monster lives until the timeout
             if terminated or truncated:
                 break
@@ -134,7 +134,7 @@ def test_episode_statistics_report_the_true_return_and_length(build):
     envs, _ = build(max_episode_steps=6)
     envs.reset(seed=1)
     returns = np.zeros(2)
-    for step in range(1, 7):
+    for _step in range(1, 7):
         _, rewards, terminated, truncated, info = envs.step(np.array([NOOP, RIGHT]))
         returns += rewards
     assert truncated.all() and not terminated.any()

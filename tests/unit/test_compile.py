@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+from rlfoundry.algos import Runtime
 from rlfoundry.algos.ppo import PPO
 from rlfoundry.buffers.rollout import Minibatch
 from rlfoundry.envs import make
 from rlfoundry.run import hardware
 from rlfoundry.run.trainer import Trainer
 from rlfoundry.spec.load import load_config
-from rlfoundry.algos import Runtime
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])

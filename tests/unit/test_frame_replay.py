@@ -95,7 +95,7 @@ def test_stacks_rebuilt_from_single_frames_equal_the_added_ones(reset):
     stacks = buffer.stack(np.arange(n))
     assert stacks.dtype == np.uint8 and stacks.shape == (n, S * FRAME[0], *FRAME[1:])
     windows = buffer.gather(np.arange(n), 1)
-    for i, (obs, action, reward, next_obs, done, episode) in enumerate(added):
+    for i, (obs, action, reward, next_obs, done, _episode) in enumerate(added):
         np.testing.assert_array_equal(stacks[i], obs)
         np.testing.assert_array_equal(windows.next_frames[0, i], next_obs[-FRAME[0]:])
         assert windows.actions[0, i] == action and windows.dones[0, i] == done

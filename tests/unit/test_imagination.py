@@ -13,7 +13,7 @@ def n_step_mixture(rewards, live, boot, lam):
     T = len(boot) - 1
     out = []
     for t in range(T):
-        def g(n):
+        def g(n, t=t):
             total, discount = 0.0, 1.0
             for k in range(1, n + 1):
                 total += discount * rewards[t + k]

@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 
 import rlfoundry
-from rlfoundry.config.errors import ConfigError
 from rlfoundry.algos import algorithms
 from rlfoundry.algos.registry import known_monitor_keys
+from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import MonitorsConfig
 from rlfoundry.run.monitors import ALERTS, Monitors
 from rlfoundry.sinks.console import sparkline

@@ -13,8 +13,18 @@ import torch.nn.functional as F
 import rlfoundry.world_models.next_frame as next_frame
 from rlfoundry.run.hardware import detect
 from rlfoundry.world_models.next_frame import (
-    BITS_PER_CHUNK, NUM_COLOURS, BitsPrior, LatentMixing, NextFrameConfig, NextFramePredictor, bits_to_chunks,
-    chunks_to_bits, colour_argmax, frame_loss, latent_mixing, standardise,
+    BITS_PER_CHUNK,
+    NUM_COLOURS,
+    BitsPrior,
+    LatentMixing,
+    NextFrameConfig,
+    NextFramePredictor,
+    bits_to_chunks,
+    chunks_to_bits,
+    colour_argmax,
+    frame_loss,
+    latent_mixing,
+    standardise,
 )
 
 NUM_ACTIONS = 5  # noop, up, down, left, right in the synthetic world

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from rlfoundry import envs as envs_lib
+from rlfoundry.algos import Runtime
 from rlfoundry.algos.planet import PlaNet, PlaNetConfig
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import PixelsConfig
 from rlfoundry.spec.load import load_config
 from rlfoundry.world_models import vision
-from rlfoundry.algos import Runtime
 
 
 def test_planet_defaults_are_the_papers():

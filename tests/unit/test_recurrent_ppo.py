@@ -14,16 +14,20 @@ import pytest
 import torch
 
 import rlfoundry
+from rlfoundry.algos import Runtime
 from rlfoundry.algos.base import Memory
 from rlfoundry.algos.ppo import PPO
 from rlfoundry.buffers.rollout import (
-    evaluate_minibatch, memory_columns, minibatches, split_at_episode_starts, to_sequences,
+    evaluate_minibatch,
+    memory_columns,
+    minibatches,
+    split_at_episode_starts,
+    to_sequences,
 )
 from rlfoundry.envs import make
 from rlfoundry.run import checkpoint
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.spec.load import load_config
-from rlfoundry.algos import Runtime
 
 CORES = ["lstm", "gru", "trxl", "gtrxl", "mamba", "mamba2"]
 

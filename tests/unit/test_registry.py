@@ -7,7 +7,7 @@ import multiprocessing as mp
 import sqlite3
 import warnings
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,13 @@ import yaml
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.run.registry import (
-    DB_NAME, Registry, RegistryError, RegistryWarning, RunRecord, config_hash, select_for_clean,
+    DB_NAME,
+    Registry,
+    RegistryError,
+    RegistryWarning,
+    RunRecord,
+    config_hash,
+    select_for_clean,
 )
 
 
@@ -236,7 +242,7 @@ def test_database_uses_wal(populated, tmp_path):
 
 
 def record(run_id, env_id="CartPole-v1", variant="ppo", best=None, status="finished", days_ago=30.0) -> RunRecord:
-    started = (datetime.now(timezone.utc) - timedelta(days=days_ago)).isoformat(timespec="seconds")
+    started = (datetime.now(UTC) - timedelta(days=days_ago)).isoformat(timespec="seconds")
     return RunRecord(
         id=run_id, run_dir=f"/runs/{run_id}", env_id=env_id, algo="ppo", variant=variant, seed=run_id,
         config_hash=None, git_commit=None, status=status, started_at=started, ended_at=None, total_steps=None,

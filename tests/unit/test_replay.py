@@ -7,7 +7,6 @@ import pytest
 
 from rlfoundry.buffers.replay import PrioritizedReplayBuffer, ReplayBuffer, SumTree
 
-
 # ---------------------------------------------------------------- scripted NEXT_STEP streams
 
 def scripted_stream(num_envs, steps, seed, p_end=0.12):

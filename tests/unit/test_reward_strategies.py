@@ -9,9 +9,19 @@ import torch
 import torch.nn.functional as F
 
 from rlfoundry.world_models.reward_strategies import (
-    MBARC_DIST, REWARD_BATCH_SIZE, REWARD_STEPS_PER_EPOCH, SAMPLED_STRATEGIES, STRATEGIES,
-    class_balanced_focal_loss, class_balanced_indices, mbarc_categories, mbarc_indices,
-    progressively_balanced_indices, progressively_balanced_schedule, reward_training_indices, square_root_indices,
+    MBARC_DIST,
+    REWARD_BATCH_SIZE,
+    REWARD_STEPS_PER_EPOCH,
+    SAMPLED_STRATEGIES,
+    STRATEGIES,
+    class_balanced_focal_loss,
+    class_balanced_indices,
+    mbarc_categories,
+    mbarc_indices,
+    progressively_balanced_indices,
+    progressively_balanced_schedule,
+    reward_training_indices,
+    square_root_indices,
 )
 
 DRAWS = 200_000

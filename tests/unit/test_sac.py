@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from rlfoundry.algos import Runtime
 from rlfoundry.algos.sac import (
     sac_actor_loss,
     sac_alpha_loss,
     sac_critic_loss,
     sac_soft_value,
 )
-from rlfoundry.algos import Runtime
 from rlfoundry.envs import EnvSpec
 from rlfoundry.nets.policy import (
     CategoricalActor,

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from rlfoundry.algos import Runtime
 from rlfoundry.algos.simple import Simple, SimpleConfig, ppo_multiplier
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import make
 from rlfoundry.spec.schema import ExperimentConfig
 from rlfoundry.world_models.training import Adafactor, input_noise, scheduled_sampling_probability
-from rlfoundry.algos import Runtime
 
 TINY_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps": 1, "bottleneck_bits": 8,
                     "latent_state_size": 16, "posterior_filters": [8, 16], "reward_head_channels": 8}

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from rlfoundry.algos import Runtime
 from rlfoundry.buffers.frames import FrameReplay
 from rlfoundry.buffers.rollout import RolloutCollector, gae
 from rlfoundry.world_models.next_frame import NextFrameConfig, NextFramePredictor
 from rlfoundry.world_models.simulated_env import SimulatedEnv
-from rlfoundry.algos import Runtime
 
 FRAME, STACKING, NUM_ACTIONS, ENVS, LENGTH = (3, 20, 16), 4, 3, 5, 6
 

@@ -180,7 +180,7 @@ def test_pruners_have_rungs_in_env_steps(tmp_path, pruner, name, first_rung):
         update={"every_steps": 2048})}))
     assert type(made).__name__ == name
     if first_rung is not None:
-        assert getattr(made, "_min_resource") == first_rung
+        assert made._min_resource == first_rung
 
 
 def test_the_report_of_a_study_names_the_best_trial_its_importances_and_every_trial(tmp_path):

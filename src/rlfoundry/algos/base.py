@@ -165,11 +165,11 @@ class Agent(ABC):
         """For `distributed` agents: the flat parameters every process must hold identically."""
         raise NotImplementedError(f"{self.name} does not run across processes")
 
-    def forget_env_position(self) -> None:
+    def forget_env_position(self) -> None:  # noqa: B027 (optional: most agents keep nothing of the envs' position)
         """After a resume whose envs could not be restored (they are reset): drop what the agent remembers of the
         envs' current step, so its first iteration starts from a reset."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: most agents run nothing besides their networks)
         """Release what the agent runs besides its networks (actor processes); the trainer calls it at the end."""
 
 

@@ -45,8 +45,15 @@ from rlfoundry.world_models import dists
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, env_defaults, observe_latest,
-    restore_acting, time_major,
+    ACTING_KEYS,
+    LatentModel,
+    LatentModelConfig,
+    acting_arrays,
+    check_observations,
+    env_defaults,
+    observe_latest,
+    restore_acting,
+    time_major,
 )
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM

@@ -21,7 +21,12 @@ from rlfoundry.algos.base import Agent, Iteration, Memory, Runtime, averaged, fi
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.replay import (
-    PrioritizedReplayBuffer, ReplayBuffer, collect, load_replay_state, replay_state, start_envs,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    collect,
+    load_replay_state,
+    replay_state,
+    start_envs,
 )
 from rlfoundry.buffers.rollout import Rollout, RolloutCollector
 from rlfoundry.envs import env_seed, frame_stack

@@ -34,8 +34,15 @@ from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS, LatentModel, LatentModelConfig, acting_arrays, check_observations, env_defaults, observe_latest,
-    restore_acting, time_major,
+    ACTING_KEYS,
+    LatentModel,
+    LatentModelConfig,
+    acting_arrays,
+    check_observations,
+    env_defaults,
+    observe_latest,
+    restore_acting,
+    time_major,
 )
 from rlfoundry.world_models.planning import cross_entropy_method
 from rlfoundry.world_models.rssm import RSSM

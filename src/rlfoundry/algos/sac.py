@@ -47,7 +47,14 @@ from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import (
-    LOG_STD_MAX, LOG_STD_MIN, CategoricalActor, Greedy, SquashedGaussianActor, SquashedMean, TwinQ, TwinQDiscrete,
+    LOG_STD_MAX,
+    LOG_STD_MIN,
+    CategoricalActor,
+    Greedy,
+    SquashedGaussianActor,
+    SquashedMean,
+    TwinQ,
+    TwinQDiscrete,
 )
 
 

@@ -54,7 +54,10 @@ from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import GreedyActorCritic
 from rlfoundry.world_models.next_frame import NextFrameConfig, NextFramePredictor
 from rlfoundry.world_models.reward_strategies import (
-    REWARD_BATCH_SIZE, REWARD_STEPS_PER_EPOCH, Strategy, reward_training_indices,
+    REWARD_BATCH_SIZE,
+    REWARD_STEPS_PER_EPOCH,
+    Strategy,
+    reward_training_indices,
 )
 from rlfoundry.world_models.simulated_env import SimulatedEnv
 from rlfoundry.world_models.training import Adafactor, train_reward_head, train_world_model

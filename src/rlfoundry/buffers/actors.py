@@ -129,9 +129,9 @@ class ActorPool:
                         raise RuntimeError(
                             f"actor process {k} exited with code {process.exitcode} (its output, if any, is on stderr; "
                             "a script that calls rlfoundry.train needs `if __name__ == '__main__':`, since actor "
-                            "processes are spawned)")
+                            "processes are spawned)") from None
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"no transitions from the actor processes for {STALL_SECONDS:.0f} s")
+                    raise RuntimeError(f"no transitions from the actor processes for {STALL_SECONDS:.0f} s") from None
         kind, k, *payload = message
         if kind == "error":
             raise RuntimeError(f"actor process {k} failed:\n{payload[0]}")

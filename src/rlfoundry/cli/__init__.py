@@ -15,8 +15,8 @@ import typer
 from rlfoundry.cli.algos import algos
 from rlfoundry.cli.bench import bench_app
 from rlfoundry.cli.eval import evaluate_run
-from rlfoundry.cli.inspect import inspect
 from rlfoundry.cli.export import export
+from rlfoundry.cli.inspect import inspect
 from rlfoundry.cli.play import play
 from rlfoundry.cli.presets import presets
 from rlfoundry.cli.publish import publish

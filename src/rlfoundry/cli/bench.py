@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,8 +16,8 @@ bench_app = typer.Typer(no_args_is_help=True, help="Throughput on this machine: 
 @bench_app.command("env")
 def bench_env(
     env_id: Annotated[str, typer.Argument(help="A Gymnasium id (its preset's env settings are used when it has one).")],
-    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted env overrides, e.g. env.atari.frame_stack=2.")] = None,
-    num_envs: Annotated[Optional[int], typer.Option(min=1, help="Envs in the vector env (default: the preset's).")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="Dotted env overrides, e.g. env.atari.frame_stack=2.")] = None,
+    num_envs: Annotated[int | None, typer.Option(min=1, help="Envs in the vector env (default: the preset's).")] = None,
     steps: Annotated[int, typer.Option(min=1, help="Vector steps to time.")] = 2000,
     seed: Annotated[int, typer.Option(help="Env and action seed.")] = 0,
 ) -> None:
@@ -39,7 +39,7 @@ def bench_env(
 @bench_app.command("train")
 def bench_train(
     spec: Annotated[str, typer.Argument(help="ENV_ID:VARIANT or an experiment YAML, as for `train`.")],
-    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides, as for `train`.")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="Dotted overrides, as for `train`.")] = None,
     steps: Annotated[int, typer.Option(min=1, help="Env steps to train for.")] = 50_000,
     seed: Annotated[int, typer.Option(help="train.seed")] = 1,
 ) -> None:
@@ -63,7 +63,7 @@ def bench_train(
 def bench_arch(
     env: Annotated[str, typer.Argument(help="ENV_ID (its ppo-masked variant when the preset has one, else ppo) or "
                                             "ENV_ID:VARIANT.")],
-    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides for every run.")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="Dotted overrides for every run.")] = None,
     cores: Annotated[str, typer.Option(help="Comma-separated cores: mlp,lstm,gru,trxl,gtrxl,mamba,mamba2.")] = "mlp,lstm,gru",
     seeds: Annotated[int, typer.Option(min=1, help="Seeds per core (1..N).")] = 3,
     steps: Annotated[int, typer.Option(min=1, help="Env steps per run.")] = 100_000,

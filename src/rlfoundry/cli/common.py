@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Iterator, NoReturn, Optional
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -14,7 +15,7 @@ from rich.markup import escape
 from rlfoundry.config.errors import ConfigError
 
 # `--address` of the commands that run many runs (`trials`, `sweep`)
-Address = Annotated[Optional[str], typer.Option(help="The Ray cluster to join (HOST:PORT); without it --backend ray "
+Address = Annotated[str | None, typer.Option(help="The Ray cluster to join (HOST:PORT); without it --backend ray "
                                                      "starts a local instance.")]
 
 
@@ -58,6 +59,6 @@ def running_many(bar, out_dir: Path) -> Iterator[None]:
         bar.stop()
         err().print(f"[yellow]stopped[/]; the runs saved checkpoints: run the same command with --out {out_dir} "
                     "to continue", highlight=False)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     finally:
         bar.stop()

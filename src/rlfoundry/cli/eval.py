@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -33,8 +33,8 @@ def evaluate_run(
     checkpoint: Annotated[str, typer.Option(help="last, best, or a step directory such as step_000000012288.")] = "last",
     episodes: Annotated[int, typer.Option(min=1, help="Evaluation episodes.")] = 10,
     video: Annotated[bool, typer.Option("--video", help=f"Also write mp4s of up to {MAX_VIDEOS} episodes into RUN/videos.")] = False,
-    seed: Annotated[Optional[int], typer.Option(help="Evaluation seed (default: the run's train.seed + eval.seed_offset).")] = None,
-    num_envs: Annotated[Optional[int], typer.Option(min=1, help="Evaluation envs (default: min(episodes, 16)).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Evaluation seed (default: the run's train.seed + eval.seed_offset).")] = None,
+    num_envs: Annotated[int | None, typer.Option(min=1, help="Evaluation envs (default: min(episodes, 16)).")] = None,
     stochastic: Annotated[bool, typer.Option("--stochastic", help="Sample actions instead of the greedy / mean action.")] = False,
 ) -> None:
     """Print a checkpoint's mean ± std evaluation return, and with --video write mp4s of its episodes."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,15 +18,16 @@ def export(
     run: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
     format: Annotated[str, typer.Option("--format", help="onnx (onnxruntime and any ONNX runtime) or torchscript "
                                                          "(torch.jit.load, no rlfoundry needed).")] = "onnx",
-    out: Annotated[Optional[Path], typer.Option(help="The file to write (default: policy.onnx / policy.pt in the "
+    out: Annotated[Path | None, typer.Option(help="The file to write (default: policy.onnx / policy.pt in the "
                                                      "current directory).")] = None,
-    checkpoint: Annotated[Optional[str], typer.Option(help="best, last, or a step directory (default: best where "
+    checkpoint: Annotated[str | None, typer.Option(help="best, last, or a step directory (default: best where "
                                                             "one was saved, else last).")] = None,
 ) -> None:
     """Write the deterministic actor with the run's observation normalisation folded in (memory cores: the state as
     explicit inputs and outputs)."""
     from rlfoundry.hub import load_policy
-    from rlfoundry.run.deploy import FORMATS, export as write
+    from rlfoundry.run.deploy import FORMATS
+    from rlfoundry.run.deploy import export as write
 
     try:
         if format not in FORMATS:

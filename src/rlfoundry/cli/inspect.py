@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,12 +15,12 @@ from rlfoundry.config.errors import ConfigError
 def inspect(
     run: Annotated[str, typer.Argument(metavar="RUN", help="A run directory, @last (the newest run under runs/), a "
                                                            "model folder, or hf://ORG/NAME.")],
-    port: Annotated[Optional[int], typer.Option(min=1, max=65535, help="The port (default: the first free one from "
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="The port (default: the first free one from "
                                                                        "7860).")] = None,
     host: Annotated[str, typer.Option(help="The address to serve on. The default, 127.0.0.1, is this machine only; "
                                            "another address (0.0.0.0: every interface) lets other machines reach "
                                            "the page, and the page says so.")] = "127.0.0.1",
-    checkpoint: Annotated[Optional[str], typer.Option(help="The checkpoint selected first: best, last, or a step "
+    checkpoint: Annotated[str | None, typer.Option(help="The checkpoint selected first: best, last, or a step "
                                                            "directory (default: best where one was saved, else "
                                                            "last).")] = None,
 ) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -15,15 +15,15 @@ from rlfoundry.config.errors import ConfigError
 
 def play(
     run: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
-    checkpoint: Annotated[Optional[str], typer.Option(help="best, last, or a step directory (default: best where "
+    checkpoint: Annotated[str | None, typer.Option(help="best, last, or a step directory (default: best where "
                                                             "one was saved, else last).")] = None,
     episodes: Annotated[int, typer.Option(min=1, help="Episodes to play.")] = 3,
-    render: Annotated[Optional[str], typer.Option(help="human (a window), video (mp4s), ansi (text) or none "
+    render: Annotated[str | None, typer.Option(help="human (a window), video (mp4s), ansi (text) or none "
                                                        "(returns only). Default: a window where a display exists, "
                                                        "else mp4s, else text.")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Episode i is reset with seed + i (default: the run's "
+    seed: Annotated[int | None, typer.Option(help="Episode i is reset with seed + i (default: the run's "
                                                      "train.seed + eval.seed_offset).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Where the mp4s go (default: RUN/videos, or ./videos for "
+    out: Annotated[Path | None, typer.Option(help="Where the mp4s go (default: RUN/videos, or ./videos for "
                                                      "a model folder).")] = None,
     stochastic: Annotated[bool, typer.Option("--stochastic", help="Sample actions instead of the greedy / mean "
                                                                   "action.")] = False,
@@ -33,7 +33,8 @@ def play(
     import torch
 
     from rlfoundry.hub import load_policy
-    from rlfoundry.run.play import choose_render, play as play_episodes
+    from rlfoundry.run.play import choose_render
+    from rlfoundry.run.play import play as play_episodes
 
     try:
         check_checkpoint(checkpoint, run)

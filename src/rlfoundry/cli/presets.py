@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 import yaml
@@ -15,7 +15,7 @@ from rlfoundry.config.errors import ConfigError
 
 
 def presets(
-    query: Annotated[Optional[str], typer.Argument(
+    query: Annotated[str | None, typer.Argument(
         metavar="[FILTER | ENV_ID | ENV_ID:VARIANT]",
         help="Text to filter env ids and variants by; an exact env id shows that preset's variants, thresholds and "
              "sources; ENV_ID:VARIANT prints the settings the variant sets.")] = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -18,9 +18,9 @@ def publish(
     repo: Annotated[str, typer.Option(help="The Hub repository, ORG/NAME (created when missing).")],
     private: Annotated[bool, typer.Option("--private", help="Create the repository private (an existing one keeps its visibility).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the model folder only; upload nothing.")] = False,
-    out: Annotated[Optional[str], typer.Option(help="Where the model folder is written (default: RUN/publish/NAME for a run directory, else ./publish/NAME).")] = None,
-    checkpoint: Annotated[Optional[str], typer.Option(help="best, last, or a step (1024 or step_000000001024); default: best where saved, else last.")] = None,
-    episodes: Annotated[Optional[int], typer.Option(min=1, help="Evaluation episodes for the card's score (default 10).")] = None,
+    out: Annotated[str | None, typer.Option(help="Where the model folder is written (default: RUN/publish/NAME for a run directory, else ./publish/NAME).")] = None,
+    checkpoint: Annotated[str | None, typer.Option(help="best, last, or a step (1024 or step_000000001024); default: best where saved, else last.")] = None,
+    episodes: Annotated[int | None, typer.Option(min=1, help="Evaluation episodes for the card's score (default 10).")] = None,
     video: Annotated[bool, typer.Option("--video/--no-video", help="Record one replay episode (replay.mp4).")] = True,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing folder at --out (once the new one is complete).")] = False,
 ) -> None:

@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -31,12 +31,12 @@ runs_app = typer.Typer(
 )
 
 RunsRoot = Annotated[Path, typer.Option("--runs-root", help="The runs root holding registry.sqlite (logging.runs_root).")]
-EnvFilter = Annotated[Optional[str], typer.Option("--env", help="Env ids containing this text (any case).")]
-AlgoFilter = Annotated[Optional[str], typer.Option("--algo", help="Algorithm name, e.g. ppo.")]
-VariantFilter = Annotated[Optional[str], typer.Option("--variant", help="Preset variant, e.g. ppo-lstm.")]
-StatusFilter = Annotated[Optional[str], typer.Option("--status", help="running | finished | failed | stopped.")]
-SeedFilter = Annotated[Optional[int], typer.Option("--seed", help="train.seed")]
-GroupFilter = Annotated[Optional[str], typer.Option("--group", help="logging.group: the runs of one `rlfoundry trials` "
+EnvFilter = Annotated[str | None, typer.Option("--env", help="Env ids containing this text (any case).")]
+AlgoFilter = Annotated[str | None, typer.Option("--algo", help="Algorithm name, e.g. ppo.")]
+VariantFilter = Annotated[str | None, typer.Option("--variant", help="Preset variant, e.g. ppo-lstm.")]
+StatusFilter = Annotated[str | None, typer.Option("--status", help="running | finished | failed | stopped.")]
+SeedFilter = Annotated[int | None, typer.Option("--seed", help="train.seed")]
+GroupFilter = Annotated[str | None, typer.Option("--group", help="logging.group: the runs of one `rlfoundry trials` "
                                                                      "set (its directory's name).")]
 SortKey = Annotated[str, typer.Option("--sort", help="A column (id, env_id, seed, started_at, best_eval_return, ...) "
                                                      "or an alias (env, steps, started, eval, best).")]
@@ -126,7 +126,7 @@ def show(
 @runs_app.command("compare")
 def compare(
     run_ids: Annotated[list[int], typer.Argument(metavar="ID...", help="Run ids to compare.")],
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="Plot file (default: compare_<ids>.png here).")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="Plot file (default: compare_<ids>.png here).")] = None,
     runs_root: RunsRoot = Path("runs"),
 ) -> None:
     """Final metrics side by side, and eval/train return curves overlaid in one plot."""
@@ -170,7 +170,7 @@ def compare(
 @runs_app.command("export")
 def export(
     fmt: Annotated[str, typer.Option("--format", help="csv | markdown | latex")] = "csv",
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="Write here instead of stdout.")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
     env: EnvFilter = None, algo: AlgoFilter = None, variant: VariantFilter = None, status: StatusFilter = None,
     seed: SeedFilter = None, group: GroupFilter = None, sort: SortKey = "id", descending: Descending = False,
     runs_root: RunsRoot = Path("runs"),
@@ -247,9 +247,9 @@ SHOWN_COLUMNS = 3  # differing columns printed with their values; the rest are c
 def verify_run(
     run: Annotated[str, typer.Argument(metavar="RUN", help="A run directory, or @last: the most recently active run "
                                                            "under --runs-root.")],
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Verify the first N env steps (through the "
+    steps: Annotated[int | None, typer.Option("--steps", help="Verify the first N env steps (through the "
                                                  "iteration that reaches N); default: all the run recorded.")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="Re-run with N torch threads instead of the "
+    threads: Annotated[int | None, typer.Option("--threads", help="Re-run with N torch threads instead of the "
                                                    "recorded count: do the numbers depend on it?")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the re-run's directory for inspection.")] = False,
     runs_root: RunsRoot = Path("runs"),
@@ -271,7 +271,7 @@ def verify_run(
         fail(f"the re-run failed: {exc} ({where})", code=1)
     except KeyboardInterrupt:
         err().print("[yellow]stopped[/]: nothing verified")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     console = out()
     span = f"steps {result.first_step:,}..{result.last_step:,}"
     divergence = result.divergence

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
@@ -17,9 +17,9 @@ def sweep(
     sweep_file: Annotated[Path, typer.Argument(help="The sweep file: base, overrides, method, objective, budget, "
                                                     "pruner, parameters (README, \"Hyperparameter sweeps\").",
                                                metavar="SWEEP.yaml")],
-    workers: Annotated[Optional[int], typer.Option(help="Runs at once (default: the cores this process may use); "
+    workers: Annotated[int | None, typer.Option(help="Runs at once (default: the cores this process may use); "
                                                         "each gets its share of the cores.")] = None,
-    out_dir: Annotated[Optional[str], typer.Option("--out", help="The sweep's directory (default "
+    out_dir: Annotated[str | None, typer.Option("--out", help="The sweep's directory (default "
                                                                  "runs/sweeps/<time>_<file stem>); the same --out "
                                                                  "again continues the sweep.")] = None,
     backend: Annotated[str, typer.Option(help="optuna: an embedded Optuna study, runs here; ray: Ray Tune with "

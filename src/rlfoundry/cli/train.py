@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,16 +11,16 @@ from rlfoundry.config.errors import ConfigError
 
 
 def train(
-    spec: Annotated[Optional[str], typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")] = None,
-    overrides: Annotated[Optional[list[str]], typer.Argument(help="Dotted overrides, e.g. algo.lr=3e-4 env.num_envs=16.")] = None,
-    seed: Annotated[Optional[str], typer.Option(help="Shortcut for train.seed=N; a list (1,2,3) runs them all as `rlfoundry trials`.")] = None,
-    total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
-    run_dir: Annotated[Optional[str], typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
-    device: Annotated[Optional[str], typer.Option(help="auto | cpu | cuda (train.device).")] = None,
-    resume: Annotated[Optional[str], typer.Option(help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
+    spec: Annotated[str | None, typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="Dotted overrides, e.g. algo.lr=3e-4 env.num_envs=16.")] = None,
+    seed: Annotated[str | None, typer.Option(help="Shortcut for train.seed=N; a list (1,2,3) runs them all as `rlfoundry trials`.")] = None,
+    total_timesteps: Annotated[int | None, typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
+    run_dir: Annotated[str | None, typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda (train.device).")] = None,
+    resume: Annotated[str | None, typer.Option(help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="A quick run with debug checks (NaN/inf named where they first appear, anomaly detection), per-layer norms, verbose lines and a profile; a small budget unless one is given.")] = False,
     profile: Annotated[bool, typer.Option("--profile", help="Profile a few iterations: profile.json and profile.md in the run directory (train.profile=true).")] = False,
-    nproc: Annotated[Optional[int], typer.Option(help="One run across N processes of this machine (PPO, A2C, REINFORCE): each steps env.num_envs envs, gradients averaged every update. Under torchrun, leave it out.")] = None,
+    nproc: Annotated[int | None, typer.Option(help="One run across N processes of this machine (PPO, A2C, REINFORCE): each steps env.num_envs envs, gradients averaged every update. Under torchrun, leave it out.")] = None,
 ) -> None:
     """Train an agent and write a run directory (or continue one with --resume)."""
     from rlfoundry.run.launch import train as launch
@@ -45,13 +45,13 @@ def train(
         fail(f"{exc} (traceback in {exc.run_dir / 'run.log'})", code=1)
     except KeyboardInterrupt:
         err().print("[yellow]stopped[/]")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     if path is None:  # a rank other than 0 under torchrun: rank 0 reports the run
         return
     if summary["status"] == "stopped":
         err().print(f"[yellow]stopped[/] at step {summary['total_steps']:,}; checkpoint in {path / 'checkpoints'}",
                     highlight=False)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     evaluation = summary["eval_return_mean"]
     shown = "-" if evaluation is None else f"{evaluation:.2f} ± {summary['eval_return_std']:.2f}"
     solved = summary["solved_at_step"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
@@ -16,9 +16,9 @@ from rlfoundry.config.errors import ConfigError
 def trials(
     items: Annotated[list[str], typer.Argument(help="SPECs (ENV_ID:VARIANT or experiment YAMLs), then dotted overrides for all of them (key=value).", metavar="SPEC... [KEY=VALUE...]")],
     seeds: Annotated[str, typer.Option(help="How many seeds (5: seeds 1..5) or which (1,2,3).")] = "3",
-    workers: Annotated[Optional[int], typer.Option(help="Runs at once (default: the cores this process may use); each gets its share of the cores.")] = None,
-    out_dir: Annotated[Optional[str], typer.Option("--out", help="The set's directory (default runs/trials/<time>_<spec>); the same --out again continues the set.")] = None,
-    total_timesteps: Annotated[Optional[int], typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Runs at once (default: the cores this process may use); each gets its share of the cores.")] = None,
+    out_dir: Annotated[str | None, typer.Option("--out", help="The set's directory (default runs/trials/<time>_<spec>); the same --out again continues the set.")] = None,
+    total_timesteps: Annotated[int | None, typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
     backend: Annotated[str, typer.Option(help="local: worker processes here; ray: tasks on a Ray cluster.")] = "local",
     address: Address = None,
 ) -> None:

@@ -45,7 +45,7 @@ class Schedule(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _finite(self) -> "Schedule":
+    def _finite(self) -> Schedule:
         if not (math.isfinite(self.start) and math.isfinite(self.end)):
             raise ValueError("schedule values must be finite numbers")
         return self

@@ -24,12 +24,18 @@ from gymnasium.wrappers import vector as vw
 from rlfoundry.config.cores import cores_of_run
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs.config_wrappers import wrapped
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
+from rlfoundry.envs.config_wrappers import wrapped
 from rlfoundry.envs.toys import register_toys
 from rlfoundry.envs.wrappers import (
-    ActionRepeat, FiniteCheck, MaskObservation, RenderedFrames, images_channel_first, is_image_space, mask_obs_space,
+    ActionRepeat,
+    FiniteCheck,
+    MaskObservation,
+    RenderedFrames,
+    images_channel_first,
+    is_image_space,
+    mask_obs_space,
     resized_images,
 )
 

@@ -71,6 +71,11 @@ def _encode(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
         return {"deque": items, "maxlen": value.maxlen}
     if isinstance(value, (tuple, list)) and all(isinstance(v, PLAIN + (np.generic,)) for v in value):
         return {"tuple" if isinstance(value, tuple) else "list": [_encode(v, arrays, key) for v in value]}
+    return _encode_foreign(value, arrays, key)
+
+
+def _encode_foreign(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
+    """`_encode` for objects of the simulators' own packages, known by their module, and our running statistics."""
     module = type(value).__module__
     if module.startswith("mujoco"):
         if type(value).__name__ == "MjData":

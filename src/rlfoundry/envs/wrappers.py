@@ -76,7 +76,7 @@ class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.repeat = repeat
 
     @classmethod
-    def around(cls, make_env, repeat: int) -> "ActionRepeat":
+    def around(cls, make_env, repeat: int) -> ActionRepeat:
         return cls(make_env(), repeat)
 
     def step(self, action):
@@ -104,7 +104,7 @@ class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.observation_space = spaces.Box(0, 255, (3, height, width), np.uint8)
 
     @classmethod
-    def around(cls, make_env, height: int, width: int) -> "RenderedFrames":
+    def around(cls, make_env, height: int, width: int) -> RenderedFrames:
         return cls(make_env(), height, width)
 
     def frame(self) -> np.ndarray:

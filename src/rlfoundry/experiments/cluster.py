@@ -27,8 +27,8 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.config.errors import ConfigError

@@ -12,7 +12,7 @@ import numpy as np
 from rlfoundry.experiments import stats
 
 if TYPE_CHECKING:
-    from rlfoundry.experiments.results import RunResult, Comparison
+    from rlfoundry.experiments.results import Comparison, RunResult
 
 GRID_POINTS = 50
 PROFILE_POINTS = 101

@@ -33,10 +33,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import optuna
@@ -50,8 +51,19 @@ from pydantic import ValidationError
 from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiments import processes
-from rlfoundry.experiments.sweep_file import (METRICS, OBJECTIVES, SweepFile, base_spec, check_space, grid_points,
-                                              grid_size, read_sweep, run_args, run_dir, run_log)
+from rlfoundry.experiments.sweep_file import (
+    METRICS,
+    OBJECTIVES,
+    SweepFile,
+    base_spec,
+    check_space,
+    grid_points,
+    grid_size,
+    read_sweep,
+    run_args,
+    run_dir,
+    run_log,
+)
 from rlfoundry.run.report import read_metrics
 from rlfoundry.run.rundir import run_status, write_atomic
 from rlfoundry.spec.schema import ExperimentConfig

@@ -25,8 +25,9 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 from optuna.storages import JournalStorage
@@ -38,9 +39,24 @@ from ray.tune.search.optuna import OptunaSearch
 
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.experiments import cluster, processes
-from rlfoundry.experiments.sweep import (JOURNAL, POLL_S, STUDY, TUNE, Plan, Progress, distributions, final_returns,
-                                         first_rung_steps, may_start, new_reports, poll, run_schedule, sampler,
-                                         seed_runs, start_run)
+from rlfoundry.experiments.sweep import (
+    JOURNAL,
+    POLL_S,
+    STUDY,
+    TUNE,
+    Plan,
+    Progress,
+    distributions,
+    final_returns,
+    first_rung_steps,
+    may_start,
+    new_reports,
+    poll,
+    run_schedule,
+    sampler,
+    seed_runs,
+    start_run,
+)
 from rlfoundry.experiments.sweep_file import METRICS, OBJECTIVES, SweepFile, run_log
 
 

@@ -24,7 +24,7 @@ import re
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -101,7 +101,7 @@ def build_folder(run: str | Path, out_dir: str | Path, checkpoint: str | None = 
     marker = {"format": MODEL_FORMAT, "version": MODEL_VERSION, "step": policy.step, "checkpoint": label,
               "checkpoint_dir": step_dir, "repo": repo, "env_id": cfg.env.id, "algo": cfg.algo.name,
               "variant": cfg.variant, "seed": cfg.train.seed, "reproduce": REPRODUCE,
-              "rlfoundry_version": _version(), "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+              "rlfoundry_version": _version(), "created": datetime.now(UTC).isoformat(timespec="seconds")}
     results = {"env_id": cfg.env.id, "mean_reward": float(np.mean(returns)), "std_reward": float(np.std(returns)),
                "episodes": len(returns), "returns": returns, "lengths": lengths, "seed": seed,
                "deterministic": cfg.eval.deterministic, "checkpoint": label, "step": policy.step,

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlfoundry.config.errors import ConfigError
 from rlfoundry.algos import Agent, algorithms
+from rlfoundry.config.errors import ConfigError
 from rlfoundry.run.policy import EPSILON, Policy
 
 FORMATS = ("onnx", "torchscript")

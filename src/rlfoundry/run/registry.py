@@ -25,10 +25,11 @@ import shutil
 import sqlite3
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
@@ -145,7 +146,7 @@ def config_hash(config: dict[str, Any]) -> str:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _utc(stamp: Any) -> str | None:
@@ -159,7 +160,7 @@ def _utc(stamp: Any) -> str | None:
             continue
         if moment.tzinfo is None:
             moment = moment.astimezone()  # a naive stamp is local time
-        return moment.astimezone(timezone.utc).isoformat(timespec="seconds")
+        return moment.astimezone(UTC).isoformat(timespec="seconds")
     return None
 
 
@@ -230,7 +231,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     for key, types in SUMMARY_FIELDS.items():
         record[key] = _typed(summary.get(key), types, f"summary.json: {key}")
     # The summary is rewritten when a run ends, so its modification time is the end time (also for old runs).
-    record["summary_mtime"] = datetime.fromtimestamp(summary_path.stat().st_mtime, timezone.utc).isoformat(
+    record["summary_mtime"] = datetime.fromtimestamp(summary_path.stat().st_mtime, UTC).isoformat(
         timespec="seconds")
     return record
 
@@ -442,7 +443,7 @@ def select_for_clean(records: list[RunRecord], keep_best: int, keep_recent_days:
 
     A run without an evaluation is never among the best; a run with an unknown start time is kept.
     """
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     cutoff = now - timedelta(days=keep_recent_days)
     groups: dict[tuple, list[RunRecord]] = {}
     for record in records:
@@ -498,4 +499,4 @@ def _parse(stamp: str | None) -> datetime | None:
         moment = datetime.fromisoformat(stamp)
     except ValueError:
         return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

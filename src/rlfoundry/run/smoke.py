@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlfoundry.algos import algorithm
 
+
 @dataclass(frozen=True)
 class SmokeResult:
     spec: str  # ENV_ID:VARIANT

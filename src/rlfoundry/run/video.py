@@ -57,7 +57,7 @@ class Mp4:
         self.tmp = self.path.with_name(f".tmp-{self.path.stem}-{os.getpid()}.mp4")  # ffmpeg reads the suffix
         self.writer = None
 
-    def __enter__(self) -> "Mp4":
+    def __enter__(self) -> Mp4:
         import imageio.v2 as imageio  # imports ffmpeg plumbing: only when a video is written
 
         self.path.parent.mkdir(parents=True, exist_ok=True)

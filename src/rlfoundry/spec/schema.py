@@ -18,7 +18,14 @@ from pydantic import Discriminator, Field, Tag, model_validator
 from rlfoundry.algos.registry import algorithms, known_monitor_keys
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.sections import (
-    CheckpointConfig, EnvConfig, EvalConfig, LoggingConfig, NetworkConfig, Provenance, SolvedConfig, TrainConfig,
+    CheckpointConfig,
+    EnvConfig,
+    EvalConfig,
+    LoggingConfig,
+    NetworkConfig,
+    Provenance,
+    SolvedConfig,
+    TrainConfig,
 )
 
 # One entry per registered algorithm; the `name` key of the `algo` section picks the class.

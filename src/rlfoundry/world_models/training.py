@@ -43,9 +43,14 @@ import torch.nn.functional as F
 
 from rlfoundry.buffers.frames import FrameReplay, FrameSequences
 from rlfoundry.world_models.next_frame import (
-    LatentMixing, NextFramePredictor, colour_argmax, frame_loss, latent_mixing,
+    LatentMixing,
+    NextFramePredictor,
+    colour_argmax,
+    frame_loss,
+    latent_mixing,
 )
 from rlfoundry.world_models.reward_strategies import class_balanced_focal_loss
+
 
 class Adafactor(torch.optim.Adafactor):
     """torch.optim.Adafactor's update in vectorised operations (module docstring); every argument is torch's."""
