@@ -92,8 +92,9 @@ class Context:
         return self.progress.global_step
 
     def stop(self, reason: str) -> None:
-        """End the run after this iteration, as a stop signal does: a checkpoint, status `stopped`, and a line in
-        run.log with `reason`; `rlfoundry train --resume` continues it."""
+        """From `on_iteration`: end the run after this iteration, as a stop signal does (a checkpoint, status
+        `stopped`, a line in run.log with `reason`; `rlfoundry train --resume` continues it). An iteration that
+        finishes the run, is solved or got a signal ends for that reason instead."""
         self.end("stopped", f"stopped at step {self.step} by a callback: {reason}; checkpoint saved")
 
     def end(self, status: str, line: str | None) -> None:
@@ -106,8 +107,8 @@ class Callback:
     """A hook into the trainer's loop: override the events you need (the module's docstring lists them).
 
     A user's callback goes to `rlfoundry.train(..., callbacks=[...])`; it reads `ctx` and the rows, and
-    `ctx.stop(reason)` ends the run after the iteration. It must not change the row or the run's state: the
-    run's metrics and checkpoints stay those of the same run without it."""
+    `ctx.stop(reason)` in `on_iteration` ends the run after that iteration. It must not change the row or the run's
+    state: the run's metrics and checkpoints stay those of the same run without it."""
 
     def on_start(self, ctx: Context) -> None:
         pass
