@@ -1,6 +1,7 @@
 """rlfoundry: deep reinforcement learning from one config.
 
-`rlfoundry.train(...)` is `rlfoundry.run.launch.train` and `rlfoundry.load_policy(...)` is
+`rlfoundry.train(...)` is `rlfoundry.run.launch.train`, `rlfoundry.Callback` (the base class of its
+`callbacks`) is `rlfoundry.run.hooks.Callback` and `rlfoundry.load_policy(...)` is
 `rlfoundry.hub.load_policy`, each imported on first use, so that importing a light
 module (say `rlfoundry.config`) does not load torch and every env family.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["load_policy", "train", "__version__"]
+__all__ = ["Callback", "load_policy", "train", "__version__"]
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: a lazy attribute of the package
@@ -18,6 +19,10 @@ def __getattr__(name: str) -> Any:  # PEP 562: a lazy attribute of the package
         from rlfoundry.run.launch import train
 
         return train
+    if name == "Callback":
+        from rlfoundry.run.hooks import Callback
+
+        return Callback
     if name == "load_policy":
         from rlfoundry.hub import load_policy
 

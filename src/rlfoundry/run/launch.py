@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.checkpoint import load, resolve
 from rlfoundry.run import distributed
+from rlfoundry.run.checkpoint import load, resolve
 from rlfoundry.run.debug import debug_config
+from rlfoundry.run.hooks import Callback
 from rlfoundry.run.restore import resumable_run, run_config
 from rlfoundry.run.rundir import new_run_dir
 from rlfoundry.run.trainer import Trainer
@@ -20,7 +22,8 @@ from rlfoundry.spec.schema import ExperimentConfig
 
 def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | Path | None = None,
           console=None, resume: str | Path | None = None, debug: bool = False,
-          nproc: int | None = None, stop_at_step: int | None = None) -> tuple[Path | None, dict[str, Any]]:
+          nproc: int | None = None, stop_at_step: int | None = None,
+          callbacks: Sequence[Callback] = ()) -> tuple[Path | None, dict[str, Any]]:
     """Train from a SPEC (`ENV_ID:VARIANT` or a YAML path) or an `ExperimentConfig`; or, with `resume`
     (a run directory, or `@last` for the newest run under ./runs), continue a stopped run from its last
     checkpoint with its own config.
@@ -35,9 +38,15 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
     `stop_at_step`: end the run after the iteration that reaches this step (a checkpoint, status `stopped`), its
     schedules still running over train.total_timesteps: how `rlfoundry runs verify --steps N` re-runs a run's start.
 
+    `callbacks`: `rlfoundry.Callback`s that see every iteration's metrics row and may stop the run
+    (`rlfoundry.run.hooks`); they run in this process, rank 0 of a run across processes.
+
     Returns the run directory and its summary. The CLI's `rlfoundry train` calls exactly this.
     Raises `ConfigError` for bad input (nothing created) and `RunFailed` for failures at run time.
     """
+    for callback in callbacks:
+        if not isinstance(callback, Callback):
+            raise ConfigError(f"callbacks: {callback!r} is not a rlfoundry.Callback")
     group = distributed.torchrun_group()
     if nproc is not None and (nproc < 1 or (group is not None and nproc != group.world)):
         raise ConfigError(f"--nproc {nproc}: " + ("must be at least 1" if nproc < 1 else
@@ -64,7 +73,7 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
         if world != started:
             raise ConfigError(f"--resume {resume}: this run was trained with {started} process(es); "
                               f"resume it with as many (--nproc {started})")
-        return path, _run(cfg, path, console, checkpoint, group, world, stop_at_step)
+        return path, _run(cfg, path, console, checkpoint, group, world, stop_at_step, callbacks)
     if spec_or_cfg is None:
         raise ConfigError("nothing to train: give a SPEC (ENV_ID:VARIANT or an experiment YAML) or --resume RUN_DIR")
     cfg = _with_sweep(spec_or_cfg, overrides)
@@ -77,7 +86,7 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
     distributed.check(cfg, world)
     path = new_run_dir(cfg.logging.runs_root, cfg.env.id, cfg.variant, cfg.train.seed,
                        None if run_dir is None else str(run_dir))
-    return path, _run(cfg, path, console, None, group, world, stop_at_step)
+    return path, _run(cfg, path, console, None, group, world, stop_at_step, callbacks)
 
 
 def _with_sweep(spec_or_cfg, overrides: list[str] | None) -> ExperimentConfig:
@@ -98,10 +107,10 @@ def _with_sweep(spec_or_cfg, overrides: list[str] | None) -> ExperimentConfig:
 
 
 def _run(cfg: ExperimentConfig, path: Path, console, checkpoint, group, world: int,
-         stop_at_step: int | None) -> dict[str, Any]:
+         stop_at_step: int | None, callbacks: Sequence[Callback]) -> dict[str, Any]:
     """Train on this process (rank 0 of `world`): starting the other ranks first for --nproc, joining torchrun's."""
     if world == 1:
-        return Trainer(cfg, path, console, resume=checkpoint, stop_at_step=stop_at_step).run()
+        return Trainer(cfg, path, console, resume=checkpoint, stop_at_step=stop_at_step, callbacks=callbacks).run()
     local: list = []
     ended = False
     try:
@@ -111,7 +120,8 @@ def _run(cfg: ExperimentConfig, path: Path, console, checkpoint, group, world: i
             distributed.join(group, f"tcp://127.0.0.1:{port}")
         else:
             distributed.join(group)
-        summary = Trainer(cfg, path, console, resume=checkpoint, group=group, stop_at_step=stop_at_step).run()
+        summary = Trainer(cfg, path, console, resume=checkpoint, group=group, stop_at_step=stop_at_step,
+                          callbacks=callbacks).run()
         ended = True
         return summary
     finally:

@@ -1,9 +1,10 @@
 """The trainer: one loop for every algorithm, and everything that is not the algorithm.
 
-    loop: agent.iterate(envs) → metrics ; evaluate when due ; log ; checkpoint when due ;
-          stop when done, solved or signalled
+    loop: agent.iterate(envs) → metrics ; then its callbacks in order: evaluate when due ; monitors ; log ;
+          stop when done, solved, signalled or asked ; checkpoint when due ; profile ; debug line
 
-It owns timing, evaluation, logging, checkpoints, the run directory's files and seeding.
+It owns timing, the run directory's files, seeding and resuming; evaluation, logging, checkpoints and the stop
+conditions are its built-in callbacks (`rlfoundry.run.hooks`), and a user's own (`rlfoundry.Callback`) run among them.
 SIGINT and SIGTERM are honoured at the end of the current iteration: a checkpoint is saved and the
 run is marked `stopped` (a second Ctrl-C interrupts at once). One that comes during an evaluation (which may take
 hours: PlaNet plans every step) ends it there: the checkpoint holds the iteration's row and the random state from
@@ -15,42 +16,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-import torch
 from rich.console import Console
 from rich.markup import escape
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import Runtime, algorithm
-from rlfoundry.algos.optim import debug_checks
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import Provenance
 from rlfoundry.envs import state as envs_state
 from rlfoundry.run import checkpoint as ckpt
-from rlfoundry.run import debug, distributed
-from rlfoundry.run import hardware
-from rlfoundry.run.evaluate import EvaluationStopped, evaluate
-from rlfoundry.run.monitors import ALERTS, Monitors
-from rlfoundry.run.profiling import IterationProfiler
+from rlfoundry.run import debug, distributed, hardware, hooks
+from rlfoundry.run.evaluate import EvaluationStopped
 from rlfoundry.run.registry import Registry, RegistryError
 from rlfoundry.run.report import write_report
 from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
-from rlfoundry.run.seeding import own_random_state, resolve_device, rng_state, seed_everything, set_rng_state
-from rlfoundry.run.video import record_video
-from rlfoundry.sinks import CSVSink, TensorBoardSink
-from rlfoundry.sinks.console import ConsoleSink
+from rlfoundry.run.seeding import resolve_device, seed_everything, set_rng_state
 from rlfoundry.sinks.files import is_disk_full
-from rlfoundry.sinks.wandb import WandbSink
 from rlfoundry.spec.schema import ExperimentConfig
 
 SUMMARY_KEYS = (
@@ -93,16 +84,23 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     """A row for a checkpoint's JSON: NumPy scalars as Python numbers."""
     return {key: value.item() if isinstance(value, np.generic) else value for key, value in row.items()}
 
+def _check_finite(row: dict[str, Any], step: int) -> None:
+    """A non-finite loss stops the run (every iteration; parameters are checked before each save)."""
+    for key, value in row.items():
+        if key.startswith("loss/") and isinstance(value, float) and not math.isfinite(value):
+            raise FloatingPointError(f"{key} is {value} at step {step}: training diverged")
+
 
 class Trainer:
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None,
                  resume: ckpt.Checkpoint | None = None, group: distributed.Group | None = None,
-                 stop_at_step: int | None = None):
+                 stop_at_step: int | None = None, callbacks: Sequence[hooks.Callback] = ()):
         """`resume`: continue the run in `run_dir` from this checkpoint (`cfg` is the run's own config.yaml).
         `group`: rank 0 of a run across processes (`rlfoundry.run.distributed`), whose process group is joined.
         `stop_at_step`: end the run after the iteration that reaches this step, as a stop does (a checkpoint, status
         `stopped`), while schedules still run over train.total_timesteps: the first steps of a run exactly as the
-        whole run takes them (`rlfoundry runs verify --steps`)."""
+        whole run takes them (`rlfoundry runs verify --steps`).
+        `callbacks`: the user's `rlfoundry.Callback`s, run with the built-in ones (`rlfoundry.run.hooks`)."""
         self.cfg = cfg
         self.stop_at_step = stop_at_step
         self.resume = resume
@@ -118,9 +116,8 @@ class Trainer:
             total_steps=0, versions=versions(),
         )
         self.log = logging.getLogger(f"rlfoundry.run.{id(self)}")
-        self.stop_signal: str | None = None  # set by the SIGINT/SIGTERM handlers
-        self.wandb: WandbSink | None = None  # logging.wandb: also gets the evaluation videos
-        self.monitors: Monitors | None = None  # logging.monitors, once the action space is known
+        self.signal = hooks.StopSignal(self.console)  # its handlers are on from the run's start to its recorded end
+        self.callbacks = list(callbacks)
 
     # ------------------------------------------------------------------ files
 
@@ -168,22 +165,6 @@ class Trainer:
     def _write_summary(self) -> None:
         write_json(self.run_dir / "summary.json", self.summary)
 
-    # ------------------------------------------------------------------ the loop
-
-    # ------------------------------------------------------------------ signals
-
-    def _on_signal(self, signum, frame) -> None:
-        name = signal.Signals(signum).name
-        if self.stop_signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
-        self.stop_signal = name
-        self.console.print(f"[yellow]{name}: stopping after this iteration and saving a checkpoint[/]")
-
-    def _install_signal_handlers(self) -> dict:
-        if threading.current_thread() is not threading.main_thread():
-            return {}  # Python allows handlers only in the main thread
-        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-
     def _register(self) -> None:
         """Record the run in the runs root's registry; a registry problem never stops training."""
         try:
@@ -202,7 +183,7 @@ class Trainer:
         self._write_summary()
         self._register()
         sinks: list = []
-        previous_handlers = self._install_signal_handlers()
+        self.signal.install()
         try:
             if isinstance(built, Exception):
                 raise built
@@ -221,8 +202,7 @@ class Trainer:
             # dying command's threads, moments apart: under the default handler a late one killed the run while it
             # wrote summary.json.
             unwritten = self._record_end(sinks)
-            for sig, handler in previous_handlers.items():
-                signal.signal(sig, handler)
+            self.signal.uninstall()
             for handler in list(self.log.handlers):
                 handler.close()
                 self.log.removeHandler(handler)
@@ -283,166 +263,117 @@ class Trainer:
             opened.pop_all()
         return Built(train_envs, eval_envs, spec, agent)
 
+    # ------------------------------------------------------------------ the loop
+
     def _train(self, sinks: list, built: Built) -> None:
+        """The loop: each iteration's row goes through the callbacks in order (`rlfoundry.run.hooks`) until one of
+        them ends the run."""
+        ctx = self._context(built)
+        checkpoints = hooks.Checkpoints()
+        callbacks = self._callbacks(sinks, checkpoints)
+        p = ctx.progress
+        try:
+            for callback in callbacks:
+                callback.on_start(ctx)
+            ctx.start = time.perf_counter() - p.wall_time
+            while ctx.ending is None and (p.global_step < self.cfg.train.total_timesteps or p.pending_row is not None):
+                if p.pending_row is not None:  # resumed where a signal cut an evaluation short: that row first
+                    ctx.row, p.pending_row = p.pending_row, None
+                else:
+                    ctx.row = self._iterate(ctx, callbacks)
+                _check_finite(ctx.row, p.global_step)  # a diverged model is not worth evaluating
+                try:
+                    for callback in callbacks:
+                        callback.on_iteration(ctx, ctx.row)
+                except EvaluationStopped:
+                    self._stopped_in_evaluation(ctx, checkpoints)
+                if ctx.ending is not None and ctx.ending.status == "stopped":
+                    self.summary["status"] = "stopped"
+                if ctx.ending is not None and ctx.ending.line:
+                    self.log.info("%s", ctx.ending.line)
+        finally:
+            ctx.exits.close()
+            wall = time.perf_counter() - ctx.start
+            self.summary.update(wall_time_s=wall, sps=p.global_step / wall if wall > 0 else None)
+            ctx.agent.close()
+            ctx.envs.close()
+            ctx.eval_envs.close()
+        for callback in callbacks:
+            callback.on_end(ctx)
+        if self.summary["status"] == "stopped":
+            return
+        self.summary["status"] = "finished"
+        self.log.info("finished: %d steps in %.1f s (%.0f steps/s); eval return %s; last checkpoint at step %s",
+                      p.global_step, wall, p.global_step / wall, self.summary["eval_return_mean"], ctx.saved_at)
+
+    def _callbacks(self, sinks: list, checkpoints: hooks.Checkpoints) -> list[hooks.Callback]:
+        """The run's callbacks in the order they see each row: a row's columns complete before it is written, and
+        the run knows whether it ends before its checkpoint."""
         cfg = self.cfg
-        run_cfg = self.run_cfg
+        return [
+            *([hooks.InLockstep(self.group, self.run_cfg)] if self.group else []),
+            hooks.Evaluation(),
+            *([hooks.MonitorAlerts()] if cfg.logging.monitors.enabled else []),
+            hooks.Sinks(sinks),
+            self.signal,
+            *([hooks.Solved()] if cfg.eval.stop_at_threshold else []),
+            hooks.Finished(),
+            *([hooks.StopAtStep(self.stop_at_step)] if self.stop_at_step is not None else []),
+            *self.callbacks,
+            checkpoints,
+            *([hooks.Profiling()] if cfg.train.profile else []),
+            *([hooks.DebugChecks()] if cfg.train.debug else []),
+        ]
+
+    def _context(self, built: Built) -> hooks.Context:
+        """The run up to its first iteration: the warnings, debug mode's echo, the config written or the checkpoint
+        restored, and the line that says what runs where."""
+        cfg, run_cfg = self.cfg, self.run_cfg
         train_envs, eval_envs, spec, agent = built
         for warning in self.warnings:
             self.log.warning(warning)
             self.console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
         if cfg.train.debug:
-            echo = debug.ConsoleEcho(self.console)
-            self.log.addHandler(echo)
+            self.log.addHandler(debug.ConsoleEcho(self.console))
             self.log.setLevel(logging.DEBUG)
         if self.in_process_note:
             self.log.info(self.in_process_note)
-        checkpoint = self.resume
-        progress = Progress.start(cfg)
-        if checkpoint is None:
+        if self.resume is None:
+            progress = Progress.start(cfg)
             self._write_config(spec.vectorization)
         else:
-            progress = self._restore(checkpoint, agent, train_envs)
-        lockstep = self._start_ranks(agent, train_envs, spec, progress) if self.group else None
+            progress = self._restore(self.resume, agent, train_envs)
         processes = f"{self.group.world} processes × " if self.group else ""
         self.log.info("env %s: %s%d envs, %s vectorization; device %s, %d torch threads, %s%s; %s",
                       cfg.env.id, processes, spec.num_envs, spec.vectorization, self.device,
                       run_cfg.train.torch_threads, run_cfg.train.precision, ", compiled" if run_cfg.train.compile else "",
                       self.hardware.describe())
+        return hooks.Context(
+            cfg=cfg, run_dir=self.run_dir, log=self.log, console=self.console,
+            title=f"{cfg.env.id}:{cfg.variant} s{cfg.train.seed}", device=self.device, summary=self.summary,
+            agent=agent, envs=train_envs, eval_envs=eval_envs, spec=spec, progress=progress, signal=self.signal,
+            resume=self.resume, start=time.perf_counter() - progress.wall_time,
+        )
 
-        if cfg.train.debug:
-            for line in debug.describe_shapes(spec, ckpt.split_agent_state(agent.state_dict())[0]):
-                self.log.debug(line)
-
-        resume_step = None if checkpoint is None else progress.global_step
-        if cfg.logging.csv:
-            sinks.append(CSVSink(self.run_dir / "metrics.csv", resume_step))
-        if cfg.logging.tensorboard:
-            sinks.append(TensorBoardSink(self.run_dir, resume_step))
-        title = f"{cfg.env.id}:{cfg.variant} s{cfg.train.seed}"
-        if cfg.logging.wandb:
-            self.wandb = WandbSink(self.run_dir, cfg.logging, title, cfg.model_dump(mode="json", by_alias=True),
-                                   self.summary, resume_step)
-            sinks.append(self.wandb)
-            self.log.info("%s", self.wandb.describe())
-            self.console.print(escape(self.wandb.describe()), highlight=False)
-        sinks.append(ConsoleSink(self.console, title, cfg.train.total_timesteps, cfg.logging.progress))
-        if cfg.logging.monitors.enabled:
-            self.monitors = Monitors(cfg.logging.monitors, cfg.algo.name, spec.discrete)
-            if checkpoint is not None:
-                self.monitors.load_state_dict(checkpoint.state.get("monitors"))
-
-        total = cfg.train.total_timesteps
-        threshold = cfg.threshold
-        p = progress
-        saved_at = None
-        start = time.perf_counter() - p.wall_time
-        profiler = IterationProfiler(self.run_dir, self.device, title, self.log) if cfg.train.profile else None
-        checking = contextlib.ExitStack()  # debug mode's checks, on for the loop
-        checks = checking.enter_context(debug_checks()) if cfg.train.debug else None
-        if cfg.train.debug:
-            checking.enter_context(torch.autograd.set_detect_anomaly(True, check_nan=True))
-        try:
-            while p.global_step < total or p.pending_row is not None:
-                if p.pending_row is not None:  # resumed where a signal cut an evaluation short: that row first
-                    row, p.pending_row = p.pending_row, None
-                else:
-                    row = self._iterate(agent, train_envs, p, start, profiler, lockstep, checks)
-                self._check_finite(row, p.global_step)  # a diverged model is not worth evaluating
-                finished = p.global_step >= total  # the final evaluation happens in this row
-                improved = False
-                if p.global_step >= p.next_eval or (finished and cfg.eval.at_end):
-                    best_before = self.summary["best_eval_return"]
-                    try:
-                        # ranks in lockstep all iterate after a resume, so under torchrun a signal waits for the end
-                        row.update(self._evaluate(agent, train_envs, eval_envs, p.global_step, lockstep is None))
-                    except EvaluationStopped:
-                        p.pending_row = _plain(row)
-                        p.wall_time = time.perf_counter() - start
-                        self.summary.update(total_steps=p.global_step, wall_time_s=p.wall_time)
-                        self._save(agent, train_envs, p, None, lockstep)
-                        self.summary["status"] = "stopped"
-                        self.log.info("stopped by %s during the evaluation at step %d; checkpoint saved (a resumed run "
-                                      "evaluates this step again)", self.stop_signal, p.global_step)
-                        saved_at = p.global_step
-                        break
-                    improved = best_before is None or row["eval/return_mean"] > best_before
-                    while p.next_eval <= p.global_step:
-                        p.next_eval += cfg.eval.every_steps
-                if self.monitors is not None:
-                    row[ALERTS] = self._monitor(row, p.global_step)
-                p.wall_time = time.perf_counter() - start
-                self.summary.update(total_steps=p.global_step, train_return_mean=_mean(p.recent),
-                                    wall_time_s=p.wall_time)
-                for sink in sinks:
-                    sink.write(p.global_step, row)
-                if row.get("eval/return_mean") is not None:
-                    self._write_summary()
-                solved = self.summary["solved_at_step"] is not None
-                stopping = self.stop_signal is not None
-                reached = self.stop_at_step is not None and p.global_step >= self.stop_at_step
-                last = finished or stopping or reached or (solved and cfg.eval.stop_at_threshold)
-                save = last or p.global_step >= p.next_save or (improved and cfg.checkpoint.save_best)
-                if lockstep is not None:
-                    lockstep.decide(distributed.Decision(p.global_step, save, last))
-                if save:
-                    while p.next_save <= p.global_step:
-                        p.next_save += cfg.checkpoint.every_steps
-                    best = row["eval/return_mean"] if improved and cfg.checkpoint.save_best else None
-                    self._save(agent, train_envs, p, best, lockstep)
-                    saved_at = p.global_step
-                if profiler is not None:
-                    profiler.after(p.global_step, row)
-                if checks is not None:  # debug mode: a line per iteration
-                    self.log.debug("%s", debug.iteration_line(p.global_step, row))
-                if stopping:
-                    self.summary["status"] = "stopped"
-                    self.log.info("stopped by %s at step %d; checkpoint saved", self.stop_signal, p.global_step)
-                    break
-                if solved and cfg.eval.stop_at_threshold:
-                    self.log.info("solved: evaluation return %.2f ≥ %.2f at step %d",
-                                  row["eval/return_mean"], threshold, p.global_step)
-                    break
-                if reached and not finished:
-                    self.summary["status"] = "stopped"
-                    self.log.info("stopped at step %d, as asked (stop at step %d); checkpoint saved", p.global_step,
-                                  self.stop_at_step)
-                    break
-        finally:
-            checking.close()
-            if profiler is not None:
-                profiler.close(p.global_step)
-            wall = time.perf_counter() - start
-            self.summary.update(wall_time_s=wall, sps=p.global_step / wall if wall > 0 else None)
-            agent.close()
-            train_envs.close()
-            eval_envs.close()
-        for key in self.monitors.never_seen() if self.monitors is not None else []:
-            if key in cfg.logging.monitors.metrics:  # asked for in the config, but this run does not log it
-                self.log.warning("monitor: no iteration reported %s, so its monitor watched nothing", key)
-        if self.summary["status"] == "stopped":
-            return
-        self.summary["status"] = "finished"
-        self.log.info("finished: %d steps in %.1f s (%.0f steps/s); eval return %s; last checkpoint at step %s",
-                      p.global_step, wall, p.global_step / wall, self.summary["eval_return_mean"], saved_at)
-
-    def _iterate(self, agent, train_envs, p: Progress, start: float, profiler, lockstep, checks) -> dict[str, Any]:
-        """One iteration of the agent, counted in `p`; its row of metrics (the evaluation's come after)."""
-        total = self.cfg.train.total_timesteps
+    def _iterate(self, ctx: hooks.Context, callbacks: list[hooks.Callback]) -> dict[str, Any]:
+        """One iteration of the agent, counted in the progress; its row of metrics (the evaluation's come after)."""
+        p = ctx.progress
         tick = time.perf_counter()
         try:
-            with profiler.iteration() if profiler else contextlib.nullcontext():
-                result = agent.iterate(train_envs, p.global_step / total)
+            with contextlib.ExitStack() as around:
+                for callback in callbacks:
+                    around.enter_context(callback.around_iteration(ctx))
+                result = ctx.agent.iterate(ctx.envs, p.global_step / self.cfg.train.total_timesteps)
         except FloatingPointError as exc:  # from debug mode's checks: say which iteration
             raise FloatingPointError(f"{exc} (in the iteration from step {p.global_step:,})") from None
-        if lockstep is not None:  # all ranks' steps and episodes, and a stop signal any of them got
-            result, signalled = lockstep.report(result, self.stop_signal)
-            self.stop_signal = self.stop_signal or signalled
+        for callback in callbacks:
+            result = callback.on_result(ctx, result)
         iteration_time = time.perf_counter() - tick
         p.train_time += iteration_time
         p.global_step += result.steps
         p.recent.extend(result.episode_returns)
         return {
-            "wall_time": time.perf_counter() - start,
+            "wall_time": time.perf_counter() - ctx.start,
             "sps": result.steps / iteration_time,
             "sps_run": p.global_step / p.train_time,
             "train/episode_return": _mean(result.episode_returns),
@@ -450,103 +381,20 @@ class Trainer:
             "train/episodes": len(result.episode_returns),
             "train/return_mean": _mean(p.recent),
             **result.metrics,
-            **(checks.norms if checks is not None else {}),
         }
 
-    def _evaluate(self, agent, train_envs, eval_envs, step: int, stoppable: bool) -> dict[str, float]:
-        """The evaluation's row entries. It draws its random numbers (sampled actions, latent states, plans) from a
-        state of its own, seeded alike at every evaluation and put back after: training draws the same numbers however
-        often and however long it evaluates, and a checkpoint taken when a stop signal ends it (EvaluationStopped,
-        when `stoppable`) resumes into the same evaluation."""
-        tick = time.perf_counter()
-        envs_lib.copy_obs_stats(train_envs, eval_envs)
-        cfg = self.cfg
-        seed = cfg.train.seed + cfg.eval.seed_offset
-        self.log.info("evaluating at step %d: %d episodes", step, cfg.eval.episodes)
-        with own_random_state(seed):
-            returns, lengths = evaluate(agent, eval_envs, cfg.eval.episodes, seed, cfg.eval.deterministic,
-                                        (lambda: self.stop_signal is not None) if stoppable else None)
-        mean, std = float(np.mean(returns)), float(np.std(returns))
-        best = self.summary["best_eval_return"]
-        best = mean if best is None else max(best, mean)
-        self.summary.update(eval_return_mean=mean, eval_return_std=std, best_eval_return=best)
-        threshold = cfg.threshold
-        if threshold is not None and mean >= threshold and self.summary["solved_at_step"] is None:
-            self.summary["solved_at_step"] = step
-        self.log.info("eval at step %d: return %.2f ± %.2f over %d episodes", step, mean, std, len(returns))
-        if cfg.eval.video:
-            with own_random_state(seed):
-                video = record_video(agent, cfg.env, envs_lib.obs_stats(train_envs),
-                                     self.run_dir / "videos" / f"eval_step{step}.mp4", seed, cfg.eval.deterministic)
-            self.log.info("video of an evaluation episode (return %.2f): %s", video["return"], video["path"])
-            if self.wandb is not None:
-                self.wandb.video(step, video["path"])
-        return {"eval/return_mean": mean, "eval/return_std": std, "eval/length_mean": float(np.mean(lengths)),
-                "eval/best_return": best, "time/eval": time.perf_counter() - tick}
-
-    def _check_finite(self, row: dict[str, Any], step: int) -> None:
-        """A non-finite loss stops the run (every iteration; parameters are checked before each save)."""
-        for key, value in row.items():
-            if key.startswith("loss/") and isinstance(value, float) and not math.isfinite(value):
-                raise FloatingPointError(f"{key} is {value} at step {step}: training diverged")
-
-    def _monitor(self, row: dict[str, Any], step: int) -> str:
-        """Judge the row's metrics against their monitors; the row's `monitor/alerts` cell. An alert that starts is one
-        warning, on the console and in run.log; one that ends is a line in run.log."""
-        cell, lines = self.monitors.observe(step, row)
-        for level, line in lines:
-            if level == "warning":
-                self.log.warning(line)
-                self.console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
-            else:
-                self.log.info(line)
-        return cell
+    def _stopped_in_evaluation(self, ctx: hooks.Context, checkpoints: hooks.Checkpoints) -> None:
+        """A stop signal cut the evaluation short: the checkpoint holds the iteration's row and the random state from
+        before the evaluation, and a resumed run evaluates this step again before its next iteration."""
+        p = ctx.progress
+        p.pending_row = _plain(ctx.row)
+        p.wall_time = time.perf_counter() - ctx.start
+        self.summary.update(total_steps=p.global_step, wall_time_s=p.wall_time)
+        checkpoints.save(ctx, None)
+        ctx.end("stopped", f"stopped by {ctx.signal.name} during the evaluation at step {p.global_step}; checkpoint "
+                           "saved (a resumed run evaluates this step again)")
 
     # ------------------------------------------------------------------ checkpoints
-
-    def _save(self, agent, train_envs, progress: Progress, best_return: float | None,
-              lockstep: distributed.Lockstep | None) -> None:
-        """Everything a resumed run needs to continue as if never stopped (across processes: every rank's part)."""
-        others = lockstep.gather(None, agent.synced_parameters()) if lockstep is not None else []
-        weights, agent_arrays, rest = ckpt.split_agent_state(agent.state_dict())
-        for name, tensor in weights.items():  # never checkpoint a diverged state: the last good one stays last
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise FloatingPointError(f"parameter {name} is not finite at step {progress.global_step}: "
-                                         "training diverged")
-        rngs, rng_arrays, rest["torch_rng"] = rng_state()
-        env_state, arrays, why = (None, {}, agent.envs_elsewhere) if agent.envs_elsewhere else envs_state.capture(train_envs)
-        arrays.update(agent_arrays)
-        arrays.update(rng_arrays)
-        state = {
-            "summary": self.summary,
-            "progress": progress.to_json(),
-            **rngs,
-            "envs": env_state,
-            "envs_not_captured": why,
-            "monitors": None if self.monitors is None else self.monitors.state_dict(),
-        }
-        if lockstep is not None:
-            state["ranks"], rank_arrays = distributed.checkpoint_ranks(others)
-            arrays.update(rank_arrays)
-        stats = envs_lib.obs_stats(train_envs)
-        if stats is not None:  # evaluation and play need the observation statistics the policy was trained on
-            arrays["obs_rms_mean"], arrays["obs_rms_var"], state["obs_rms_count"] = stats
-        checkpoint = ckpt.Checkpoint(weights=weights, agent=rest, arrays=arrays, state=state)
-        step = progress.global_step
-        path = ckpt.save(self.run_dir / "checkpoints", step, checkpoint, self.cfg.checkpoint.keep_last, best_return)
-        self.log.info("checkpoint at step %d: %s%s", step, path.name, " (best)" if best_return is not None else "")
-
-    def _start_ranks(self, agent, train_envs, spec, progress: Progress) -> distributed.Lockstep:
-        """Send ranks 1 … N-1 the run: its resolved config, the agent (rank 0's initial or restored parameters), the
-        step, and on resume each rank's own saved state."""
-        states = None
-        if self.resume is not None:
-            states = distributed.saved_ranks(self.resume.state, self.resume.arrays, self.group.world)
-        shared = {key: value for key, value in agent.state_dict().items() if key != distributed.PER_PROCESS}
-        setup = {"cfg": self.run_cfg, "vectorization": spec.vectorization, "step": progress.global_step,
-                 "agent": distributed.detached(shared), "obs_stats": envs_lib.obs_stats(train_envs)}
-        distributed.share_setup(self.group, setup, states)
-        return distributed.Lockstep(self.group, distributed.running_statistics(train_envs))
 
     def _restore(self, checkpoint: ckpt.Checkpoint, agent, train_envs) -> Progress:
         """Put a run back in the state its last checkpoint recorded."""
