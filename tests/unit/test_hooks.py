@@ -128,3 +128,18 @@ def test_the_readme_example_is_the_script_and_it_runs(tmp_path):
     assert re.match(r"stopped at step [\d,]+: ", done.stdout), done.stdout
     run_dir = Path(tmp_path, done.stdout.split(": ")[-1].strip())
     assert "by a callback: train/return_mean " in (run_dir / "run.log").read_text()
+
+
+def test_a_run_solved_before_a_resume_ends_on_its_next_row_without_an_evaluation():
+    """A stop signal on the iteration a run was solved at leaves it `stopped` and solved; resumed with
+    eval.stop_at_threshold, its next row (no evaluation in it) ends it, and the line names the solving evaluation."""
+    from types import SimpleNamespace
+
+    from rlfoundry.run.hooks import Solved
+
+    endings = []
+    ctx = SimpleNamespace(ending=None, cfg=SimpleNamespace(threshold=475.0),
+                          summary={"solved_at_step": 8192, "best_eval_return": 500.0},
+                          end=lambda status, line: endings.append((status, line)))
+    Solved().on_iteration(ctx, {"train/return_mean": 480.0})  # a row without eval/ columns
+    assert endings == [("finished", "solved: evaluation return 500.00 ≥ 475.00 at step 8192")]

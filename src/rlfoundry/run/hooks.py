@@ -268,12 +268,14 @@ class StopSignal(Callback):
 
 
 class Solved(Callback):
-    """eval.stop_at_threshold: the run ends once an evaluation reached the task's solved threshold."""
+    """eval.stop_at_threshold: the run ends once an evaluation reached the task's solved threshold. (A run that a stop
+    signal ended on the iteration it was solved at resumes, and ends after one iteration more.)"""
 
     def on_iteration(self, ctx: Context, row: dict[str, Any]) -> None:
-        if ctx.ending is None and ctx.summary["solved_at_step"] is not None:
-            ctx.end("finished", f"solved: evaluation return {row['eval/return_mean']:.2f} ≥ "
-                                f"{ctx.cfg.threshold:.2f} at step {ctx.step}")
+        summary = ctx.summary
+        if ctx.ending is None and summary["solved_at_step"] is not None:
+            ctx.end("finished", f"solved: evaluation return {summary['best_eval_return']:.2f} ≥ "
+                                f"{ctx.cfg.threshold:.2f} at step {summary['solved_at_step']}")
 
 
 class Finished(Callback):
