@@ -22,6 +22,9 @@ class StrictModel(BaseModel):
     @classmethod
     def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         # pydantic's lax mode reads true/false as 1/0; a boolean where a number belongs is a mistake.
-        if isinstance(value, bool) and not _allows_bool(cls.model_fields[info.field_name].annotation):
-            raise ValueError(f"expected {cls.model_fields[info.field_name].annotation}, got a boolean")
+        if isinstance(value, bool):
+            assert info.field_name is not None  # a field validator's info always names its field
+            annotation = cls.model_fields[info.field_name].annotation
+            if not _allows_bool(annotation):
+                raise ValueError(f"expected {annotation}, got a boolean")
         return value

@@ -7,7 +7,7 @@ assembles them with the algorithm's own section lives above the algorithms, in `
 from __future__ import annotations
 
 import numbers
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -16,7 +16,7 @@ from rlfoundry.config.monitors import MonitorsConfig
 
 
 def _positive_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) > 0
 
 
 class MiniGridConfig(StrictModel):
@@ -42,6 +42,9 @@ def _frame_size(value: Any) -> int | tuple[int, int]:
 
 class _SizedFrames(StrictModel):
     """A section with an `img_size` field: a side or [height, width]."""
+
+    if TYPE_CHECKING:  # each subclass declares the field, with its own default and description
+        img_size: int | tuple[int, int]
 
     @property
     def frame_size(self) -> tuple[int, int]:

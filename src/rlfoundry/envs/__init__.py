@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -137,9 +138,9 @@ def env_seed(seed: int) -> int:
 def declared_render_modes(env_id: str) -> list[str] | None:
     """The render modes an id's env class declares (its metadata), or None where it declares none; no env is built."""
     register_optional_families(env_id)
-    creator = gym.spec(env_id).entry_point
-    if isinstance(creator, str):
-        creator = gym.envs.registration.load_env_creator(creator)
+    entry_point = gym.spec(env_id).entry_point
+    creator: object = (gym.envs.registration.load_env_creator(entry_point) if isinstance(entry_point, str)
+                       else entry_point)
     modes = getattr(creator, "metadata", {}).get("render_modes")
     return None if modes is None else list(modes)
 
@@ -177,7 +178,8 @@ def check_pixels(env_cfg) -> None:
         return
     section = frame_family(env_cfg.id)
     if section is not None or family_of(env_cfg.id) is not None:
-        own = {"minigrid": "minigrid.view", "dm_control": "dm_control.pixels"}.get(section, section)
+        own = None if section is None else {"minigrid": "minigrid.view", "dm_control": "dm_control.pixels"}.get(
+            section, section)
         why = f"has frame options of its own (env.{own})" if own else "runs batched, without rendering"
         raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} {why}")
     if env_cfg.mask_obs:
@@ -227,9 +229,8 @@ def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
     if env_cfg.mask_obs:
         observation_space, _ = mask_obs_space(env_cfg.id, observation_space, env_cfg.mask_obs)
     if env_cfg.normalize_obs == "static":
-        box = isinstance(observation_space, spaces.Box)
         unbounded = (np.flatnonzero(~(np.isfinite(observation_space.low) & np.isfinite(observation_space.high)))
-                     .tolist() if box else "all")
+                     .tolist() if isinstance(observation_space, spaces.Box) else "all")
         if unbounded:
             raise ConfigError(
                 f"env.normalize_obs = static: {env_cfg.id}'s observation space {observation_space} has no finite "
@@ -270,6 +271,7 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
     if pixels:
         check_pixels(env_cfg)
         kwargs = {**kwargs, "render_mode": "rgb_array"}
+    make_env: Callable[[], gym.Env]
     if is_minigrid(env_id):
         from rlfoundry.envs import minigrid
 
@@ -459,7 +461,9 @@ def make(
         envs = vw.ClipReward(envs, -env_cfg.clip_reward, env_cfg.clip_reward)
     if check_finite:
         envs = FiniteCheck(envs)
-    spec = EnvSpec(env_cfg.id, num_envs, envs.single_observation_space, envs.single_action_space, mode, first_env)
+    observation_space = envs.single_observation_space
+    assert isinstance(observation_space, spaces.Box)  # check_spaces; the wrappers above keep a Box
+    spec = EnvSpec(env_cfg.id, num_envs, observation_space, envs.single_action_space, mode, first_env)
     return envs, spec
 
 
@@ -486,7 +490,10 @@ def make_single(env_cfg, render_mode: str | None = None) -> gym.Env:
     return env
 
 
-def find_wrapper(envs: VectorEnv, kind: type) -> VectorEnv | None:
+W = TypeVar("W", bound=VectorEnv)
+
+
+def find_wrapper(envs: VectorEnv, kind: type[W]) -> W | None:
     """The first wrapper of type `kind` in the chain, or None."""
     while True:
         if isinstance(envs, kind):

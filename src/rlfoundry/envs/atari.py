@@ -59,7 +59,7 @@ import difflib
 import json
 import time
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -155,15 +155,17 @@ def make_vector_env(env_id: str, atari_cfg, num_envs: int, render_mode: str | No
 
     game = rom_name(env_id)
     check_obs_type(env_id, atari_cfg)
+    base: VectorEnv
     if atari_cfg.backend == "single" or render_mode is not None:
-        base = SyncVectorEnv([partial(make_env, env_id, atari_cfg, render_mode)] * num_envs,
-                             autoreset_mode=AutoresetMode.NEXT_STEP)
-        action_set = list(base.envs[0].action_set)
-        base = AsAtariVectorEnv(base, life_loss_info=atari_cfg.episodic_life)
+        single = SyncVectorEnv([partial(make_env, env_id, atari_cfg, render_mode)] * num_envs,
+                               autoreset_mode=AutoresetMode.NEXT_STEP)
+        # SyncVectorEnv types its envs Env; these are make_env's AtariFrames
+        action_set = list(cast(AtariFrames, single.envs[0]).action_set)
+        base = AsAtariVectorEnv(single, life_loss_info=atari_cfg.episodic_life)
     else:
         from ale_py.vector_env import AtariVectorEnv
 
-        base = AtariVectorEnv(
+        vector = AtariVectorEnv(
             game,
             num_envs,
             num_threads=atari_cfg.num_threads,
@@ -183,7 +185,8 @@ def make_vector_env(env_id: str, atari_cfg, num_envs: int, render_mode: str | No
             reward_clipping=False,  # clipped in AtariEpisodes, so the statistics can report the true score
             use_fire_reset=atari_cfg.fire_reset,
         )
-        action_set = list(base.ale.get_action_set())
+        action_set = list(vector.ale.get_action_set())
+        base = vector
     fire = atari_cfg.fire_reset and Action.FIRE in action_set
     reset_action = action_set.index(Action.FIRE if fire else Action.NOOP)
     envs: VectorEnv = AtariEpisodes(base, atari_cfg.episodic_life, atari_cfg.reward_clipping, reset_action)
@@ -216,14 +219,15 @@ def make_game(env_id: str, atari_cfg, render_mode: str | None = None) -> gym.Env
     the single backend's env, whose episode is the game (a life loss is `info["life_loss"]`, not a termination), with
     `AtariEpisodes`' action after a life loss (FIRE where the game has it and `fire_reset` is on, else NOOP) under
     `episodic_life`, and colour stacks channel-first [S * 3, H, W], as the policy saw them in training."""
-    env: gym.Env = make_env(env_id, atari_cfg, render_mode)
+    frames = make_env(env_id, atari_cfg, render_mode)
+    env: gym.Env = frames
     if atari_cfg.episodic_life:
         from ale_py import Action
 
-        fire = atari_cfg.fire_reset and Action.FIRE in env.action_set
-        env = LifeLossAction(env, env.action_set.index(Action.FIRE if fire else Action.NOOP))
+        fire = atari_cfg.fire_reset and Action.FIRE in frames.action_set
+        env = LifeLossAction(env, frames.action_set.index(Action.FIRE if fire else Action.NOOP))
     if atari_cfg.obs_type == "pixels" and not atari_cfg.grayscale:
-        stack, height, width, colours = env.observation_space.shape
+        stack, height, width, colours = _shape(env.observation_space)
         shape = (stack * colours, height, width)
         env = gym.wrappers.TransformObservation(env, lambda obs: obs.transpose(0, 3, 1, 2).reshape(shape),
                                                 spaces.Box(0, 255, shape, dtype=np.uint8))
@@ -247,9 +251,14 @@ class LifeLossAction(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+def _shape(space: spaces.Space) -> tuple[int, ...]:
+    assert space.shape is not None  # a Box's
+    return space.shape
+
+
 def channel_first(envs: VectorEnv) -> VectorEnv:
     """Colour stacks [N, S, H, W, 3] → [N, S * 3, H, W], the layout the image encoders take."""
-    stack, height, width, colours = envs.single_observation_space.shape
+    stack, height, width, colours = _shape(envs.single_observation_space)
     shape = (stack * colours, height, width)
 
     def layout(obs: np.ndarray) -> np.ndarray:
@@ -328,6 +337,7 @@ class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
         else:
             from rlfoundry.envs.ocatari import ObjectView
 
+            assert env.spec is not None  # a registered ALE id's
             self.objects = ObjectView(env.spec.id)
             self.stack = np.zeros((atari_cfg.frame_stack, self.objects.size), dtype=np.float32)
             self.observation_space = spaces.Box(-np.inf, np.inf, (self.stack.size,), dtype=np.float32)
@@ -404,10 +414,12 @@ class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self.stack[-1] = cv2.resize(self.raw[0], (self.width, self.height), interpolation=cv2.INTER_AREA)
         elif self.obs_type == "ram":
             self.ale.getRAM(self.stack[-1])
-        elif reset:
-            self.objects.reset(self.ale.getRAM(), self.stack[-1])
         else:
-            self.objects.observe(self.ale.getRAM(), self.stack[-1])
+            assert self.objects is not None  # obs_type "objects"
+            if reset:
+                self.objects.reset(self.ale.getRAM(), self.stack[-1])
+            else:
+                self.objects.observe(self.ale.getRAM(), self.stack[-1])
 
     def _obs(self) -> np.ndarray:
         """A copy of the stack: frames [S, H, W(, 3)]; RAM and object vectors concatenated, oldest first [S * D]."""
@@ -431,7 +443,7 @@ class AsAtariVectorEnv(VectorWrapper):
         super().__init__(env)
         self.life_loss_info = life_loss_info
 
-    def reset(self, *, seed: int | np.ndarray | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
         return obs, self._info(info)
 
@@ -472,7 +484,7 @@ class AtariEpisodes(VectorWrapper):
         self.game_reset = np.zeros(n, dtype=bool)
         self.life_reset = np.zeros(n, dtype=bool)
 
-    def reset(self, *, seed: int | np.ndarray | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
         mask = (options or {}).get("reset_mask", np.ones(self.num_envs, dtype=bool))
         self.episode_returns[mask], self.episode_lengths[mask] = 0.0, 0

@@ -56,7 +56,7 @@ import contextlib
 import io
 import warnings
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -91,13 +91,17 @@ def names() -> list[str]:
     return sorted(brax.envs._envs)
 
 
-class Carry(NamedTuple):
-    """What a vector env carries from one jitted step to the next."""
+Leaf = TypeVar("Leaf")
+
+
+class Carry(NamedTuple, Generic[Leaf]):
+    """What a vector env carries from one jitted step to the next. Its leaves are jax.Arrays in the jitted step, numpy
+    arrays where one is built or restored outside it, jax.ShapeDtypeStructs in the template of `Physics.carry_shape`."""
 
     state: Any  # the batched brax.envs.State [B]
-    keys: jax.Array  # [B, 2] uint32: each sub-env's PRNG key, split at each of its resets
-    steps: jax.Array  # [B] int32: steps into the current episode
-    needs_reset: jax.Array  # [B] bool: the last step ended the episode, so the next one resets
+    keys: Leaf  # [B, 2] uint32: each sub-env's PRNG key, split at each of its resets
+    steps: Leaf  # [B] int32: steps into the current episode
+    needs_reset: Leaf  # [B] bool: the last step ended the episode, so the next one resets
 
 
 def _split(keys: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -111,7 +115,7 @@ def _where_rows(mask: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
     return jnp.where(mask.reshape(mask.shape + (1,) * (old.ndim - 1)), new, old).astype(old.dtype)
 
 
-def _step_many(env, carry: Carry, actions: jax.Array, max_steps: jax.Array):
+def _step_many(env, carry: Carry[jax.Array], actions: jax.Array, max_steps: jax.Array):
     """One NEXT_STEP vector step (module docstring): (carry, (obs, rewards, terminated, truncated)).
 
     A reset is this step from a carry whose every sub-env needs a reset (`BraxVectorEnv.reset`; the rows it steps
@@ -169,13 +173,13 @@ class Physics:
         self.reset_one = jax.jit(partial(_reset_one, self.env))
         self.step_one = jax.jit(self.env.step)
 
-    def carry_shape(self, num_envs: int) -> Carry:
+    def carry_shape(self, num_envs: int) -> Carry[jax.ShapeDtypeStruct]:
         """The `Carry` of `num_envs` sub-envs, as jax.ShapeDtypeStruct leaves."""
         batched = partial(jax.tree.map, lambda leaf: jax.ShapeDtypeStruct((num_envs, *leaf.shape), leaf.dtype))
         return Carry(batched(self.state_shape), jax.ShapeDtypeStruct((num_envs, 2), jnp.uint32),
                      jax.ShapeDtypeStruct((num_envs,), jnp.int32), jax.ShapeDtypeStruct((num_envs,), jnp.bool_))
 
-    def restart_carry(self, keys: np.ndarray) -> Carry:
+    def restart_carry(self, keys: np.ndarray | jax.Array) -> Carry[np.ndarray | jax.Array]:
         """A carry whose every sub-env needs a reset (its state zeros, never used): the next step resets them all."""
         num_envs = keys.shape[0]
         state = jax.tree.map(lambda leaf: np.zeros((num_envs, *leaf.shape), leaf.dtype), self.state_shape)
@@ -255,18 +259,20 @@ class BraxVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._max_steps = np.int32(self.max_episode_steps)  # an argument, not a constant: no compile per limit
-        self._carry: Carry | None = None
+        self._carry: Carry[np.ndarray | jax.Array] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         if options:
             raise ValueError(f"options = {options}: {env_id(self.physics.name)} takes no reset options")
+        keys: np.ndarray | jax.Array
         if seed is not None:
             keys = seed_keys(seed, self.num_envs)
         elif self._carry is not None:
             keys = self._carry.keys
         else:
             keys = seed_keys(int(self.np_random.integers(2**31)), self.num_envs)
+        assert self.action_space.shape is not None  # a Box's
         no_actions = np.zeros(self.action_space.shape, np.float32)
         self._carry, (obs, *_) = self.physics.step_many(self.physics.restart_carry(keys), no_actions, self._max_steps)
         return np.asarray(obs), {}
@@ -309,7 +315,7 @@ class BraxEnv(gym.Env):
         self.observation_space = self.physics.observation_space
         self.action_space = self.physics.action_space
         self._key: jax.Array | None = None
-        self._state = None
+        self._state: brax.envs.State | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)

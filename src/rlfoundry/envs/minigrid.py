@@ -23,10 +23,15 @@ counted as a time-out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
+
+if TYPE_CHECKING:
+    from minigrid.minigrid_env import MiniGridEnv
 
 VIEWS = ("partial", "full", "rgb_partial", "rgb_full")
 
@@ -51,7 +56,7 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         gym.utils.RecordConstructorArgs.__init__(self, view=view, tile_size=tile_size)
         gym.ObservationWrapper.__init__(self, env)
         self.view, self.tile_size = view, tile_size
-        base = env.unwrapped
+        base = cast("MiniGridEnv", env.unwrapped)  # Env.unwrapped is typed Env; this wrapper wraps MiniGrid envs
         if view in ("partial", "full"):  # [x, y, c] → [c, y, x]
             width, height = (base.agent_view_size,) * 2 if view == "partial" else (base.width, base.height)
             shape = (3, height, width)
@@ -63,7 +68,7 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         self.observation_space = spaces.Box(np.zeros(shape, dtype=np.uint8), high.copy(), dtype=np.uint8)
 
     def observation(self, observation: dict) -> np.ndarray:
-        base = self.env.unwrapped
+        base = cast("MiniGridEnv", self.env.unwrapped)
         if self.view == "partial":
             return observation["image"].transpose(2, 1, 0)  # a view; the vector env copies it into its batch
         if self.view == "full":

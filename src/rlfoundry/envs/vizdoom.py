@@ -74,7 +74,9 @@ def make_env(env_id: str, kwargs: dict, env_cfg) -> gym.Env:
             raise ConfigError(f"env.id = '{env_id}': its action space {env.action_space} (buttons with continuous "
                               "deltas) is not supported; supported: Discrete")
         env = VizdoomScreen(env)
-        if frames.grayscale is False and env.observation_space.shape[2] == 1:
+        shape = env.observation_space.shape
+        assert shape is not None  # the screen's Box
+        if frames.grayscale is False and shape[2] == 1:
             raise ConfigError(f"env.vizdoom.grayscale = false: env.kwargs.screen_format = "
                               f"{kwargs['screen_format']} renders grey screens; use RGB24 or grayscale: true")
     except Exception:
@@ -114,8 +116,12 @@ class VizdoomScreen(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def __init__(self, env: gym.Env):
         gym.utils.RecordConstructorArgs.__init__(self)
         gym.Wrapper.__init__(self, env)
-        self.observation_space = env.observation_space["screen"]
-        self.screen = np.zeros(self.observation_space.shape, dtype=np.uint8)  # the last screen the engine rendered
+        observation_space = env.observation_space
+        assert isinstance(observation_space, gym.spaces.Dict)  # vizdoom's: the screen and game variables
+        screen = observation_space["screen"]
+        assert screen.shape is not None  # a Box
+        self.observation_space = screen
+        self.screen = np.zeros(screen.shape, dtype=np.uint8)  # the last screen the engine rendered
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         obs, info = self.env.reset(seed=seed, options=options)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import cv2
 import gymnasium as gym
@@ -123,7 +124,7 @@ class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
 IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB, RGBA
 
 
-def is_image_space(space: spaces.Space) -> bool:
+def is_image_space(space: spaces.Space) -> TypeGuard[spaces.Box]:
     """uint8 [C, H, W] images: they stay uint8 until the network's encoder scales them."""
     return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 

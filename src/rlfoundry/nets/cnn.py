@@ -33,6 +33,12 @@ from torch import nn
 MINIGRID_VOCAB = (11, 6, 4)
 
 
+class Encoder(nn.Module):
+    """The encoders' common base, for their types: the contract above."""
+
+    out_features: int
+
+
 def _init_(module: nn.Module, ortho_init: bool) -> None:
     """Orthogonal weights with gain √2 (for ReLU) and zero biases on every conv and linear layer."""
     if not ortho_init:
@@ -40,7 +46,8 @@ def _init_(module: nn.Module, ortho_init: bool) -> None:
     for layer in module.modules():
         if isinstance(layer, (nn.Conv2d, nn.Linear)):
             nn.init.orthogonal_(layer.weight, math.sqrt(2))
-            nn.init.zeros_(layer.bias)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
 
 def _head(convs: nn.Module, obs_shape: tuple[int, ...], hidden_sizes: list[int]) -> tuple[nn.Sequential, int]:
@@ -80,10 +87,11 @@ def _channels_last(net: nn.Module) -> nn.Module:
     """The conv weights stored channels-last, as the inputs are (`_scale`): no weight reorder per call. IMPALA CNN
     forward + backward on 100 Catch frames (1 × 20 × 16) takes 20 ms instead of 28 ms on one thread (AMD EPYC Zen
     4, torch 2.13). `nets/flat.py` keeps the layout when it moves parameters into one buffer."""
-    return net.to(memory_format=torch.channels_last)
+    # Module.to takes memory_format (torch._C._nn._parse_to); torch's stubs leave it out of the overloads
+    return net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
 
-class NatureCNN(nn.Module):
+class NatureCNN(Encoder):
     """The DQN network of Mnih et al. 2015, "Human-level control through deep reinforcement learning"
     (Nature 518): conv 32 8×8 stride 4, conv 64 4×4 stride 2, conv 64 3×3 stride 1, each with ReLU,
     then fully connected layers (the paper: one of 512 units). Any H, W of at least 36 works."""
@@ -121,7 +129,7 @@ class _ResidualBlock(nn.Module):
         return x + self.conv1(F.relu(self.conv0(F.relu(x))))
 
 
-class ImpalaCNN(nn.Module):
+class ImpalaCNN(Encoder):
     """The "deep" ResNet of Espeholt et al. 2018, "IMPALA: Scalable Distributed Deep-RL with
     Importance Weighted Actor-Learner Architectures" (ICML, figure 3): per stage a conv 3×3, a max
     pool 3×3 stride 2 and two residual blocks, with stage channels 16, 32, 32; then ReLU, flatten and
@@ -174,7 +182,7 @@ class _GridNet(nn.Module):
         return self.net(x.permute(0, 3, 1, 2))  # convs want [N, E, H, W]
 
 
-class GridEncoder(nn.Module):
+class GridEncoder(Encoder):
     """Symbolic MiniGrid grids [3, H, W] of (object type, colour, state) indices, after BabyAI 1.1
     (Hui et al. 2020, "BabyAI 1.1", arXiv:2007.12770; Chevalier-Boisvert et al. 2019, ICLR): each
     index is looked up in one embedding table (a block of rows per channel) and the three embeddings
@@ -182,6 +190,9 @@ class GridEncoder(nn.Module):
     ReLU, flatten and fully connected layers. Unlike BabyAI there is no batch norm, so acting and
     training see the same function. Indices are cast to long; one outside MINIGRID_VOCAB (or a
     non-integer float) raises a ValueError instead of reading a wrong or missing embedding row."""
+
+    offsets: torch.Tensor  # buffers, registered in __init__
+    vocab: torch.Tensor
 
     def __init__(self, obs_shape: tuple[int, ...], net_cfg, groups: int):
         super().__init__()
@@ -211,4 +222,4 @@ class GridEncoder(nn.Module):
         return torch.stack([net(idx) for net in self.nets])  # [G, N, out_features]
 
 
-CNN_ENCODERS: dict[str, type[nn.Module]] = {"nature_cnn": NatureCNN, "impala_cnn": ImpalaCNN, "minigrid": GridEncoder}
+CNN_ENCODERS: dict[str, type[Encoder]] = {"nature_cnn": NatureCNN, "impala_cnn": ImpalaCNN, "minigrid": GridEncoder}

@@ -27,6 +27,7 @@ import itertools
 import math
 import threading
 import weakref
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -69,7 +70,16 @@ def _last_start(starts: torch.Tensor) -> torch.Tensor:
     return torch.where(starts > 0, steps, -1).cummax(0).values
 
 
-class IdentityCore(nn.Module):
+class Core(nn.Module):
+    """The cores' common base, for their types: the interface above."""
+
+    out_features: int
+
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, ...] | None:
+        raise NotImplementedError
+
+
+class IdentityCore(Core):
     """No memory: features pass through unchanged."""
 
     def __init__(self, in_features: int, cfg=None):
@@ -91,7 +101,7 @@ def cpu_runs_bf16_lstm() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-class LSTMCore(nn.Module):
+class LSTMCore(Core):
     """torch.nn.LSTM (cuDNN on GPU), state zeroed at episode starts.
 
     The sequence is cut at every step where some env starts an episode; each piece is one native call
@@ -100,7 +110,7 @@ class LSTMCore(nn.Module):
     skips the reset arithmetic too.
     """
 
-    rnn_type: type[nn.RNNBase] = nn.LSTM
+    rnn_type: type[nn.LSTM] | type[nn.GRU] = nn.LSTM
 
     def __init__(self, in_features: int, cfg):
         super().__init__()
@@ -108,13 +118,17 @@ class LSTMCore(nn.Module):
         self.out_features = cfg.core_hidden
 
     def initial_state(self, batch_size: int) -> tuple[torch.Tensor, ...]:
-        w = self.rnn.weight_hh_l0
+        w = self._weight("weight_hh_l0")
         zeros = w.new_zeros(self.rnn.num_layers, batch_size, self.rnn.hidden_size)
         return (zeros, zeros.clone()) if isinstance(self.rnn, nn.LSTM) else (zeros,)
 
+    def _weight(self, name: str) -> torch.Tensor:
+        # RNNBase sets its parameters by name at run time: Module.__getattr__ types them Tensor | Module
+        return cast(torch.Tensor, getattr(self.rnn, name))
+
     def _cell_weights(self) -> tuple[torch.Tensor, ...]:
-        rnn = self.rnn
-        return rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
+        return (self._weight("weight_ih_l0"), self._weight("weight_hh_l0"), self._weight("bias_ih_l0"),
+                self._weight("bias_hh_l0"))
 
     def forward(self, x, state, episode_starts):
         if len(x) == 1 and self.rnn.num_layers == 1:  # acting: one step through the cell op (no sequence set-up)
@@ -306,7 +320,7 @@ class _TrXLBlock(nn.Module):
         return self._merge(1, h, self.mlp(self.norm_mlp(h)))
 
 
-class TrXLCore(nn.Module):
+class TrXLCore(Core):
     """Transformer-XL memory (Dai et al. 2019) with pre-LN blocks (TrXL-I of Parisotto et al. 2019).
 
     Each layer attends, causally, over a window of the last M steps of that layer's inputs plus the
@@ -685,13 +699,13 @@ class _SSD(nn.Module):
         return self.out_proj(self.norm(y * F.silu(z))), window, h
 
 
-class MambaCore(nn.Module):
+class MambaCore(Core):
     """A stack of `core_layers` pre-norm residual Mamba blocks, h + mixer(RMSNorm(h)), after an input
     projection to core_hidden and before a final RMSNorm. On CUDA with mamba_ssm installed, calls
     without episode starts after t = 0 use its kernels; otherwise the pure-PyTorch scan.
     """
 
-    mixer_type: type[nn.Module] = _SelectiveSSM
+    mixer_type: type[_SelectiveSSM] | type[_SSD] = _SelectiveSSM
 
     def __init__(self, in_features: int, cfg):
         super().__init__()
@@ -704,7 +718,8 @@ class MambaCore(nn.Module):
         self.out_features = width
 
     def initial_state(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        w, layers, mixer = self.proj.weight, len(self.mixers), self.mixers[0]
+        # nn.ModuleList types its items Module; these are mixer_type's
+        w, layers, mixer = self.proj.weight, len(self.mixers), cast("_SelectiveSSM | _SSD", self.mixers[0])
         conv = w.new_zeros(self.conv_width - 1, batch_size, layers, mixer.conv_channels)
         return conv, w.new_zeros(layers, batch_size, *mixer.state_shape)
 
@@ -731,7 +746,7 @@ class Mamba2Core(MambaCore):
     mixer_type = _SSD
 
 
-CORES: dict[str, type[nn.Module]] = {
+CORES: dict[str, type[Core]] = {
     "identity": IdentityCore,
     "lstm": LSTMCore,
     "gru": GRUCore,

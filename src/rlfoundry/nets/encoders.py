@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from rlfoundry.nets.cnn import CNN_ENCODERS
+from rlfoundry.nets.cnn import CNN_ENCODERS, Encoder
 
 
 def orthogonal_(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -71,8 +71,10 @@ class _StackedMLPFunction(torch.autograd.Function):
         depth = len(saved) // 2
         layers, weights = saved[: depth + 1], saved[depth + 1 :]
         through = ACTIVATIONS[ctx.activation][1]
-        grad_w, grad_b = [None] * depth, [None] * depth
-        grad_x = None
+        assert through is not None  # MLPEncoder.forward runs activations without one under autograd instead
+        grad_w: list[torch.Tensor | None] = [None] * depth
+        grad_b: list[torch.Tensor | None] = [None] * depth
+        grad_x: torch.Tensor | None = None
         needs = ctx.needs_input_grad
         for i in reversed(range(depth)):
             grad = through(grad, layers[i + 1])  # dL/dz
@@ -87,7 +89,7 @@ class _StackedMLPFunction(torch.autograd.Function):
         return grad_x, None, *grad_w, *grad_b
 
 
-class MLPEncoder(nn.Module):
+class MLPEncoder(Encoder):
     """G MLPs over the flattened observation: Linear + activation per hidden size, per group."""
 
     def __init__(self, obs_shape: tuple[int, ...], net_cfg, groups: int):
@@ -124,4 +126,4 @@ class MLPEncoder(nn.Module):
         return out if weights else out.expand(self.groups, *x.shape)
 
 
-ENCODERS: dict[str, type[nn.Module]] = {"mlp": MLPEncoder, **CNN_ENCODERS}
+ENCODERS: dict[str, type[Encoder]] = {"mlp": MLPEncoder, **CNN_ENCODERS}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
+from gymnasium import spaces
 from torch import nn
 
 from rlfoundry.envs import EnvSpec
-from rlfoundry.nets.cores import CORES
+from rlfoundry.nets.cores import CORES, Core
 from rlfoundry.nets.encoders import ENCODERS
 from rlfoundry.nets.heads import LOG_SQRT_2PI, CategoricalHead, GaussianHead, ValueHead
 
@@ -21,6 +22,16 @@ class PolicyOutput(NamedTuple):
 
 
 State = tuple  # a recurrent policy's memory: one core state per trunk (see `rlfoundry.nets.cores`)
+
+
+def _discrete(space: spaces.Space) -> spaces.Discrete:
+    assert isinstance(space, spaces.Discrete), space
+    return space
+
+
+def _box(space: spaces.Space) -> spaces.Box:
+    assert isinstance(space, spaces.Box), space
+    return space
 
 
 class ActorCritic(nn.Module):
@@ -37,18 +48,21 @@ class ActorCritic(nn.Module):
         super().__init__()
         groups = 1 if net_cfg.shared else 2
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, groups)
-        self.cores = nn.ModuleList(CORES[net_cfg.core](self.encoder.out_features, net_cfg) for _ in range(groups))
+        cores = [CORES[net_cfg.core](self.encoder.out_features, net_cfg) for _ in range(groups)]
+        self.cores = nn.ModuleList(cores)
         self.recurrent = net_cfg.core != "identity"
-        width = self.cores[0].out_features
+        width = cores[0].out_features
         if spec.discrete:
-            self.pi: CategoricalHead | GaussianHead = CategoricalHead(width, int(spec.action_space.n), net_cfg.ortho_init)
+            self.pi: CategoricalHead | GaussianHead = CategoricalHead(width, int(_discrete(spec.action_space).n),
+                                                                     net_cfg.ortho_init)
         else:
-            action_dim = int(spec.action_space.shape[0])
+            action_dim = int(_box(spec.action_space).shape[0])
             self.pi = GaussianHead(width, action_dim, net_cfg.ortho_init, net_cfg.log_std_init)
         self.v = ValueHead(width, net_cfg.ortho_init)
 
     def initial_state(self, batch_size: int) -> State | None:
-        return tuple(core.initial_state(batch_size) for core in self.cores) if self.recurrent else None
+        # nn.ModuleList types its items Module; these are Cores
+        return tuple(cast(Core, core).initial_state(batch_size) for core in self.cores) if self.recurrent else None
 
     def _features(self, obs: torch.Tensor, state: State | None, starts: torch.Tensor | None,
                   steps: int) -> tuple[torch.Tensor, torch.Tensor, State | None]:
@@ -60,6 +74,7 @@ class ActorCritic(nn.Module):
         encoded = encoded.view(groups, steps, -1, width)
         if starts is not None:
             starts = starts.view(steps, -1)
+        assert state is not None  # a recurrent policy is given its memory
         outputs = [core(x, s, starts) for core, x, s in zip(self.cores, encoded, state)]
         features = [y.flatten(0, 1) for y, _ in outputs]
         memory = tuple(new for _, new in outputs)
@@ -114,7 +129,7 @@ class QNetwork(nn.Module):
     def __init__(self, spec: EnvSpec, net_cfg, dueling: bool):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        width, num_actions = self.encoder.out_features, int(spec.action_space.n)
+        width, num_actions = self.encoder.out_features, int(_discrete(spec.action_space).n)
         self.advantage = nn.Linear(width, num_actions)
         self.value = nn.Linear(width, 1) if dueling else None
 
@@ -133,13 +148,17 @@ class SquashedGaussianActor(nn.Module):
     """encoder → (mean, log std) → a = tanh(u), u ~ N(mean, std), scaled to the action bounds (Haarnoja et al.
     2018, appendix C: the log-probability carries the tanh change of variables). Feed-forward, as TwinQ."""
 
+    scale: torch.Tensor  # buffers, registered in __init__
+    offset: torch.Tensor
+
     def __init__(self, spec: EnvSpec, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        action_dim = int(spec.action_space.shape[0])
+        action_space = _box(spec.action_space)
+        action_dim = int(action_space.shape[0])
         self.mean = nn.Linear(self.encoder.out_features, action_dim)
         self.log_std = nn.Linear(self.encoder.out_features, action_dim)
-        low, high = torch.as_tensor(spec.action_space.low), torch.as_tensor(spec.action_space.high)
+        low, high = torch.as_tensor(action_space.low), torch.as_tensor(action_space.high)
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("offset", (high + low) / 2)
 
@@ -169,7 +188,7 @@ class TwinQ(nn.Module):
 
     def __init__(self, spec: EnvSpec, net_cfg, critics: int = 2):
         super().__init__()
-        in_features = math.prod(spec.obs_shape) + int(spec.action_space.shape[0])
+        in_features = math.prod(spec.obs_shape) + int(_box(spec.action_space).shape[0])
         self.encoder = ENCODERS["mlp"]((in_features,), net_cfg, critics)
         self.weight, self.bias = twin_linear(self.encoder.out_features, 1, critics)
 
@@ -185,7 +204,7 @@ class CategoricalActor(nn.Module):
     def __init__(self, spec: EnvSpec, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        self.pi = CategoricalHead(self.encoder.out_features, int(spec.action_space.n), net_cfg.ortho_init)
+        self.pi = CategoricalHead(self.encoder.out_features, int(_discrete(spec.action_space).n), net_cfg.ortho_init)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Normalised log-probabilities of every action [N, A] (fp32)."""
@@ -199,7 +218,7 @@ class TwinQDiscrete(nn.Module):
     def __init__(self, spec: EnvSpec, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 2)
-        self.weight, self.bias = twin_linear(self.encoder.out_features, int(spec.action_space.n))
+        self.weight, self.bias = twin_linear(self.encoder.out_features, int(_discrete(spec.action_space).n))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.baddbmm(self.bias, self.encoder(obs).float(), self.weight)  # [2, N, A]
@@ -213,18 +232,24 @@ class GreedyActorCritic(nn.Module):
     """An ActorCritic's deterministic action: the most likely one, or the Gaussian mean clipped to the action bounds;
     a memory core's state goes in and comes out as flat tensors."""
 
+    low: torch.Tensor  # buffers, registered in __init__ for a Box action space
+    high: torch.Tensor
+
     def __init__(self, net: ActorCritic, spec: EnvSpec):
         super().__init__()
         self.net, self.discrete = net, spec.discrete
-        self.layout = [len(state) for state in net.initial_state(1)] if net.recurrent else []  # tensors per core
+        initial = net.initial_state(1)  # None: feed-forward
+        self.layout = [len(state) for state in initial] if initial is not None else []  # tensors per core
         if not self.discrete:
-            self.register_buffer("low", torch.as_tensor(spec.action_space.low, dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(spec.action_space.high, dtype=torch.float32))
+            action_space = _box(spec.action_space)
+            self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
     def initial_state(self, batch_size: int) -> list[torch.Tensor]:
-        if not self.net.recurrent:
+        states = self.net.initial_state(batch_size)
+        if states is None:  # feed-forward
             return []
-        return [tensor for state in self.net.initial_state(batch_size) for tensor in state]
+        return [tensor for state in states for tensor in state]
 
     def forward(self, obs: torch.Tensor, *state: torch.Tensor):
         memory, start = [], 0
@@ -236,6 +261,7 @@ class GreedyActorCritic(nn.Module):
         if not self.discrete:
             actions = torch.maximum(torch.minimum(actions, self.high), self.low)
         if self.layout:
+            assert new is not None  # a recurrent net's new memory
             return (actions, *[tensor for core in new for tensor in core])
         return actions
 

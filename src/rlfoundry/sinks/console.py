@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -56,8 +56,8 @@ class ConsoleSink:
     def __init__(self, console: Console, title: str, total_steps: int, live: bool):
         self.console = console
         self.total = total_steps
-        self.latest: dict[str, float] = {}
-        self.history = {key: deque(maxlen=TREND) for _, key in SHOWN}
+        self.latest: dict[str, float | str] = {}
+        self.history: dict[str, deque[float]] = {key: deque(maxlen=TREND) for _, key in SHOWN}
         self.alerts: set[str] = set()
         self.live = None
         self.last_line = 0.0
@@ -89,12 +89,15 @@ class ConsoleSink:
         table.add_row(*row[4:])
         return table
 
-    def write(self, step: int, metrics: dict[str, float]) -> None:
+    def write(self, step: int, metrics: Mapping[str, float | str | None]) -> None:
         self.latest.update({k: v for k, v in metrics.items() if v is not None})
         for key, history in self.history.items():
-            if isinstance(metrics.get(key), (int, float)):
-                history.append(metrics[key])
-        self.alerts = set(metrics.get(ALERTS, "").split())
+            value = metrics.get(key)
+            if isinstance(value, (int, float)):
+                history.append(value)
+        alerts = metrics.get(ALERTS, "")
+        assert isinstance(alerts, str)  # the monitors' column: the names of the metrics out of bounds
+        self.alerts = set(alerts.split())
         if self.live is not None:
             self.progress.update(self.task, completed=min(step, self.total), sps=f"{metrics.get('sps_run', 0):,.0f}")
             self.live.update(Group(self.progress, self._table()))

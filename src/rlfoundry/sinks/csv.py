@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 
 from rlfoundry.sinks.files import writing
 
@@ -18,15 +20,15 @@ class CSVSink:
         (rows written after the checkpoint by the run that was stopped or killed)."""
         self.path = Path(path)
         self.columns: list[str] = list(LEADING)
-        self.rows: list[dict[str, float | str]] = []
-        self.handle = None
+        self.rows: list[dict[str, float | str | None]] = []
+        self.handle: TextIO | None = None
         if resume_step is not None and self.path.exists():
             with self.path.open(newline="") as f:
                 reader = csv.DictReader(f)
                 self.columns = list(reader.fieldnames or LEADING)
                 self.rows = [row for row in reader if int(row["global_step"]) <= resume_step]
 
-    def _format(self, value) -> str:
+    def _format(self, value: float | str | None) -> str:
         if value is None:
             return ""
         if isinstance(value, float):
@@ -42,8 +44,8 @@ class CSVSink:
         for row in self.rows:
             self.writer.writerow([self._format(row.get(c)) for c in self.columns])
 
-    def write(self, step: int, metrics: dict[str, float]) -> None:
-        row = {"global_step": step, **metrics}
+    def write(self, step: int, metrics: Mapping[str, float | str | None]) -> None:
+        row: dict[str, float | str | None] = {"global_step": step, **metrics}
         self.rows.append(row)
         new = [key for key in row if key not in self.columns]
         with writing(self.path):
@@ -52,6 +54,7 @@ class CSVSink:
                 self._rewrite()
             else:
                 self.writer.writerow([self._format(row.get(c)) for c in self.columns])
+            assert self.handle is not None  # opened by _rewrite on the first write
             self.handle.flush()
 
     def close(self) -> None:
