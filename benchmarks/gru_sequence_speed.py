@@ -1,5 +1,5 @@
 """Forward + backward of one GRU layer over a sequence on CPU: torch.nn.GRU against rlfoundry's hand-written
-op (`rlfoundry.nets.cores._GRUSequence`, what GRUCore trains with on CPU), nn.LSTM (oneDNN) for reference.
+op (`rlfoundry.nets.cores.gru._GRUSequence`, what GRUCore trains with on CPU), nn.LSTM (oneDNN) for reference.
 
 x [T, B, D] with T = 32, D = hidden = 64, one torch thread; the loss is y.sum(), gradients of x and the
 parameters. Reports the median of --repeats timings of --calls calls each, in ms per call.
@@ -15,7 +15,7 @@ import torch
 from common import per_call_ms
 from torch import nn
 
-from rlfoundry.nets.cores import _GRUSequence
+from rlfoundry.nets.cores.gru import _GRUSequence
 from rlfoundry.run.hardware import machine
 
 

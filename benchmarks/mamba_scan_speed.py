@@ -1,6 +1,6 @@
 """Forward + backward of Mamba's selective scan on CPU: the loop through autograd that `_selective_scan` used
 before (exp, mul, baddbmm, bmm a step, each recorded) against rlfoundry's hand-written op
-(`rlfoundry.nets.cores._SelectiveScan`, what MambaCore trains with on CPU).
+(`rlfoundry.nets.cores.mamba._SelectiveScan`, what MambaCore trains with on CPU).
 
 dt, u [T, B, E], A [E, N], B, C [T, B, N], h0 = 0 [B, E, N] (a replayed sequence starts from zeroed memory), an
 episode start in every env; T = 32, E = 128, N = 16 (core_hidden 64, mamba_expand 2), one torch thread. The loss
@@ -17,7 +17,7 @@ import argparse
 import torch
 from common import per_call_ms
 
-from rlfoundry.nets.cores import _SelectiveScan
+from rlfoundry.nets.cores.mamba import _SelectiveScan
 from rlfoundry.run.hardware import machine
 
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlfoundry.nets import cores
-from rlfoundry.nets.cores import CORE_SETTINGS, CORES
+from rlfoundry.nets.cores import CORE_SETTINGS, CORES, base, mamba, mamba2
+from rlfoundry.nets.cores import gru as gru_core
 
 T, B, D = 12, 3, 5
 MEMORY = [name for name in CORES if name != "identity"]
@@ -149,7 +149,7 @@ def test_parallel_scan_equals_loop():
     b = torch.randn(13, 2, 3, 4, generator=g, dtype=torch.float64)
     a[[4, 9]] = 0.0  # resets
     h0 = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
-    torch.testing.assert_close(cores._parallel_scan(a, b, h0), naive_scan(a, b, h0))
+    torch.testing.assert_close(mamba._parallel_scan(a, b, h0), naive_scan(a, b, h0))
 
 
 def test_selective_scan_on_cpu_equals_the_parallel_form():
@@ -163,7 +163,7 @@ def test_selective_scan_on_cpu_equals_the_parallel_form():
     h0 = torch.randn(envs, e, n, generator=g, dtype=torch.float64)
     starts = torch.zeros(steps, envs, dtype=torch.float64)
     starts[[0, 3, 7], [1, 0, 1]] = 1
-    y, h = cores._selective_scan(dt, A, u, B, C, h0, starts)
+    y, h = mamba._selective_scan(dt, A, u, B, C, h0, starts)
     decay = torch.exp(dt[..., None] * A) * (1 - starts)[..., None, None]
     hs = naive_scan(decay, u[..., None] * B[:, :, None], h0)
     torch.testing.assert_close(y, torch.einsum("tben,tbn->tbe", hs, C))
@@ -198,12 +198,12 @@ def loop_scan(dt, A, u, B, C, h0, starts):
 def test_selective_scan_op_gradcheck(with_starts):
     inputs, starts = scan_inputs(torch.float64, with_starts=with_starts)
     keep = (1 - starts) if with_starts else None
-    assert torch.autograd.gradcheck(lambda *args: cores._SelectiveScan.apply(*args, keep), inputs)
+    assert torch.autograd.gradcheck(lambda *args: mamba._SelectiveScan.apply(*args, keep), inputs)
     # some gradients only (ctx.needs_input_grad): dt and C; A, B and h0
     dt, A, u, B, C, h0 = inputs
-    assert torch.autograd.gradcheck(lambda dt, C: cores._SelectiveScan.apply(dt, A.detach(), u.detach(), B.detach(),
+    assert torch.autograd.gradcheck(lambda dt, C: mamba._SelectiveScan.apply(dt, A.detach(), u.detach(), B.detach(),
                                                                               C, h0.detach(), keep), (dt, C))
-    assert torch.autograd.gradcheck(lambda A, B, h0: cores._SelectiveScan.apply(dt.detach(), A, u.detach(), B,
+    assert torch.autograd.gradcheck(lambda A, B, h0: mamba._SelectiveScan.apply(dt.detach(), A, u.detach(), B,
                                                                                  C.detach(), h0, keep), (A, B, h0))
 
 
@@ -220,7 +220,7 @@ def test_selective_scan_op_equals_the_autograd_loop(with_starts):
         return (y, h, *torch.autograd.grad(loss, inputs))
 
     assert torch.is_grad_enabled()
-    mine = outputs_and_gradients(*cores._selective_scan(*inputs, starts))
+    mine = outputs_and_gradients(*mamba._selective_scan(*inputs, starts))
     expected = outputs_and_gradients(*loop_scan(*inputs, starts))
     for a, b in zip(mine, expected, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=0)
@@ -230,19 +230,19 @@ def test_selective_scan_op_buffers_outlive_later_calls():
     """Pooled buffers go back only when the graph that saved them is freed: a retained graph still gives the
     same gradients after other scans (of other sizes) ran forward and backward in between."""
     inputs, starts = scan_inputs(torch.float64, steps=9)
-    y, h = cores._selective_scan(*inputs, starts)
+    y, h = mamba._selective_scan(*inputs, starts)
     loss = y.sum() + h.sum()
     first = torch.autograd.grad(loss, inputs, retain_graph=True)
     for steps in (9, 5, 12, 9):
         other, other_starts = scan_inputs(torch.float64, steps=steps, seed=steps)
-        y_other, h_other = cores._selective_scan(*other, other_starts)
+        y_other, h_other = mamba._selective_scan(*other, other_starts)
         (y_other.sum() + h_other.sum()).backward()
     for a, b in zip(torch.autograd.grad(loss, inputs), first, strict=True):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
     with torch.no_grad():  # the forward alone, and in one step (acting)
-        y_again, _ = cores._selective_scan(*inputs, starts)
+        y_again, _ = mamba._selective_scan(*inputs, starts)
         dt, A, u, B, C, h0 = inputs
-        y_step, _ = cores._selective_scan(dt[:1], A, u[:1], B[:1], C[:1], h0, starts[:1])
+        y_step, _ = mamba._selective_scan(dt[:1], A, u[:1], B[:1], C[:1], h0, starts[:1])
     torch.testing.assert_close(y_again, y.detach(), atol=1e-12, rtol=0)
     torch.testing.assert_close(y_step, y.detach()[:1], atol=1e-12, rtol=0)
 
@@ -251,7 +251,7 @@ def test_selective_scan_op_buffers_outlive_later_calls():
 def test_selective_scan_under_bf16_autocast_runs_in_float32(steps):
     inputs, starts = scan_inputs(torch.float32, steps=steps)
     with torch.autocast("cpu", dtype=torch.bfloat16), torch.set_grad_enabled(steps > 1):
-        y, h = cores._selective_scan(*(v.bfloat16() for v in inputs[:5]), inputs[5], starts.bfloat16())
+        y, h = mamba._selective_scan(*(v.bfloat16() for v in inputs[:5]), inputs[5], starts.bfloat16())
     assert y.dtype == h.dtype == torch.float32
     if steps > 1:
         y.sum().backward()
@@ -269,7 +269,7 @@ def test_causal_conv_equals_a_step_by_step_reference():
     bias = torch.randn(channels, generator=g, dtype=torch.float64)
     starts = torch.zeros(steps, envs)
     starts[[0, 1, 3, 6], [0, 1, 2, 2]] = 1  # env 3 never starts
-    last = cores._last_start(starts)
+    last = base._last_start(starts)
     padded = torch.cat([window, x])
     expected = torch.empty_like(x)
     for t, b in itertools.product(range(steps), range(envs)):
@@ -277,12 +277,12 @@ def test_causal_conv_equals_a_step_by_step_reference():
         taps = torch.stack([padded[t + j, b] if t + j >= first else torch.zeros(channels, dtype=x.dtype)
                             for j in range(k)], 1)
         expected[t, b] = (taps * weight).sum(1) + bias
-    out, new_window = cores._causal_conv(x, window, weight, bias, last)
+    out, new_window = mamba._causal_conv(x, window, weight, bias, last)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(new_window[:, 3], padded[-(k - 1):, 3])
     torch.testing.assert_close(new_window[:, 2], torch.stack([torch.zeros_like(x[6, 2]), x[6, 2]]))  # start at 6
     # no starts (last = None) is the unmasked conv
-    out, new_window = cores._causal_conv(x, window, weight, bias, None)
+    out, new_window = mamba._causal_conv(x, window, weight, bias, None)
     torch.testing.assert_close(out[:, 3], expected[:, 3])
     torch.testing.assert_close(new_window, padded[-(k - 1):])
 
@@ -296,7 +296,7 @@ def test_ssd_equals_loop():
     log_a[[2, 4, 8], 0] = float("-inf")
     Bm, Cm = torch.randn(2, n_steps, envs, n, generator=g, dtype=torch.float64)
     h0 = torch.randn(envs, heads, p, n, generator=g, dtype=torch.float64)
-    y, h = cores._ssd(x, log_a, Bm, Cm, h0, chunk=4)
+    y, h = mamba2._ssd(x, log_a, Bm, Cm, h0, chunk=4)
 
     hs = naive_scan(torch.exp(log_a)[..., None, None], x[..., None] * Bm[:, :, None, None], h0)
     torch.testing.assert_close(y, torch.einsum("tbhpn,tbn->tbhp", hs, Cm))
@@ -328,9 +328,10 @@ def test_kernel_path_wiring_matches_pure_path(name, monkeypatch):
     with torch.no_grad():
         _, state = core(x[:4], core.initial_state(B), None)  # a non-zero carried state
         expected, expected_state = core(x[4:], state, starts[4:])
-        monkeypatch.setattr(cores, "selective_scan_fn", fake_selective_scan)
-        monkeypatch.setattr(cores, "mamba_chunk_scan_combined", fake_chunk_scan)
-        monkeypatch.setattr(cores, "_kernel_ok", lambda kernel, x, starts: kernel is not None)
+        monkeypatch.setattr(mamba, "selective_scan_fn", fake_selective_scan)
+        monkeypatch.setattr(mamba2, "mamba_chunk_scan_combined", fake_chunk_scan)
+        for module in (mamba, mamba2):
+            monkeypatch.setattr(module, "_kernel_ok", lambda kernel, x, starts: kernel is not None)
         y, new_state = core(x[4:], state, starts[4:])
     torch.testing.assert_close(y, expected)
     assert_same_state(new_state, expected_state, 1e-10)
@@ -352,9 +353,9 @@ def test_gru_sequence_op_gradcheck(with_starts):
     if with_starts:
         keep = torch.ones(len(x), x.shape[1], dtype=torch.float64)
         keep[[0, 2, 4], [1, 0, 2]] = 0
-    assert torch.autograd.gradcheck(lambda *args: cores._GRUSequence.apply(*args, keep), (x, h0, *weights))
+    assert torch.autograd.gradcheck(lambda *args: gru_core._GRUSequence.apply(*args, keep), (x, h0, *weights))
     # without the gradient of h0 (the backward loop stops one step earlier)
-    assert torch.autograd.gradcheck(lambda x, *w: cores._GRUSequence.apply(x, h0.detach(), *w, keep), (x, *weights))
+    assert torch.autograd.gradcheck(lambda x, *w: gru_core._GRUSequence.apply(x, h0.detach(), *w, keep), (x, *weights))
 
 
 @pytest.mark.parametrize("with_starts", [False, True])
@@ -370,7 +371,7 @@ def test_gru_sequence_op_equals_nn_gru(with_starts):
         loss = (y * weights).sum() + state.square().sum()
         return (y, state, *torch.autograd.grad(loss, [x, h0, *params]))
 
-    y = cores._GRUSequence.apply(x, h0, *params, (~starts).float() if with_starts else None)
+    y = gru_core._GRUSequence.apply(x, h0, *params, (~starts).float() if with_starts else None)
     mine = outputs_and_gradients(y, y[-1])
     state, ys = h0[None], []
     for t0, t1 in itertools.pairwise([0, 3, 6, 9] if with_starts else [0, 9]):
@@ -384,8 +385,8 @@ def test_gru_sequence_op_equals_nn_gru(with_starts):
 def test_gru_core_trains_through_the_sequence_op_on_cpu(monkeypatch):
     """GRUCore replays multi-step sequences with gradients through _GRUSequence, otherwise through nn.GRU."""
     calls = []
-    apply = cores._GRUSequence.apply
-    monkeypatch.setattr(cores._GRUSequence, "apply", lambda *args: calls.append(1) or apply(*args))
+    apply = gru_core._GRUSequence.apply
+    monkeypatch.setattr(gru_core._GRUSequence, "apply", lambda *args: calls.append(1) or apply(*args))
     torch.manual_seed(0)
     core, x = CORES["gru"](D, small_cfg(core_layers=1)), inputs()
     core(x, core.initial_state(B), None)

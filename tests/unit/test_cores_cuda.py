@@ -12,14 +12,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlfoundry.nets import cores
-from rlfoundry.nets.cores import CORE_SETTINGS, CORES
+from rlfoundry.nets.cores import CORE_SETTINGS, CORES, mamba, mamba2
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 T, B, D = 12, 3, 5
 MEMORY = [name for name in CORES if name != "identity"]
-KERNELS = {"mamba": "selective_scan_fn", "mamba2": "mamba_chunk_scan_combined"}
+KERNELS = {"mamba": (mamba, "selective_scan_fn"), "mamba2": (mamba2, "mamba_chunk_scan_combined")}  # module, kernel
 
 
 @pytest.fixture
@@ -54,8 +53,8 @@ def assert_relative_close(actual, expected, rtol):
 @pytest.mark.parametrize("name", MEMORY)
 def test_core_on_cuda_equals_cpu(name, full_fp32, monkeypatch):
     """The pure path on CUDA against the CPU, outputs and gradients (the kernels have their own test below)."""
-    for kernel in KERNELS.values():
-        monkeypatch.setattr(cores, kernel, None)
+    for module, kernel in KERNELS.values():
+        monkeypatch.setattr(module, kernel, None)
     torch.manual_seed(0)
     cfg = SimpleNamespace(**{**CORE_SETTINGS, "core_hidden": 16, "core_layers": 2, "memory_length": 4,
                              "num_heads": 2, "mamba_state": 4, "mamba2_head_dim": 8})
@@ -72,11 +71,12 @@ def test_core_on_cuda_equals_cpu(name, full_fp32, monkeypatch):
 def test_mamba_kernel_equals_pure_scan_on_cuda(name, monkeypatch):
     """Calls without starts after t = 0 go through mamba_ssm's kernel, with the carried state and a start at t = 0
     in env 1: outputs, final state and gradients against the pure scan on the same device."""
-    kernel = getattr(cores, KERNELS[name])
+    module, kernel_name = KERNELS[name]
+    kernel = getattr(module, kernel_name)
     if kernel is None:
-        pytest.skip(f"mamba_ssm's {KERNELS[name]} is not installed")
+        pytest.skip(f"mamba_ssm's {kernel_name} is not installed")
     calls = []
-    monkeypatch.setattr(cores, KERNELS[name], lambda *args, **kwargs: calls.append(1) or kernel(*args, **kwargs))
+    monkeypatch.setattr(module, kernel_name, lambda *args, **kwargs: calls.append(1) or kernel(*args, **kwargs))
     torch.manual_seed(0)
     cfg = SimpleNamespace(**{**CORE_SETTINGS, "core_layers": 2})
     core = CORES[name](D, cfg).cuda()
@@ -85,5 +85,5 @@ def test_mamba_kernel_equals_pure_scan_on_cuda(name, monkeypatch):
     starts[4, 1] = True
     with_kernel = outputs_and_gradients(core, x, starts)
     assert len(calls) == 2 * cfg.core_layers  # the warm-up call's and the measured call's
-    monkeypatch.setattr(cores, KERNELS[name], None)
+    monkeypatch.setattr(module, kernel_name, None)
     assert_relative_close(with_kernel, outputs_and_gradients(core, x, starts), 1e-2)
