@@ -49,6 +49,7 @@ class SimulatedEnv(VectorEnv):
     """`num_envs` envs stepped by `model` (see the module docstring)."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    single_observation_space: spaces.Box  # narrowed from VectorEnv's Space: set to a Box in __init__
 
     def __init__(self, model: NextFramePredictor, restarts: Restarts, num_envs: int, episode_length: int = 50,
                  add_value: bool = True, temperature: float = 1.0):
