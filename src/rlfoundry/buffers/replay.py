@@ -435,7 +435,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
 
 class Collected(NamedTuple):
-    obs: np.ndarray  # the observation the next step starts from
+    obs: np.ndarray | None  # the observation the next step starts from (None: SAC's async actors keep it)
     episode_returns: list[float]
     episode_lengths: list[int]
     time_env: float
