@@ -90,7 +90,7 @@ class SimulatedEnv(VectorEnv):
         self.returns.zero_()
         self.started = time.perf_counter()
 
-    def step(self, actions):
+    def step(self, actions: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if self.stacks is None:
             raise RuntimeError("SimulatedEnv.step before reset")
         flags = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
