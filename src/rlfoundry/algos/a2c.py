@@ -100,6 +100,7 @@ class A2C(OnPolicyAgent):
             entropy = entropy.detach()  # reported only: no backward pass through it
         loss, stats = a2c_loss(logprobs, advantages, values, returns, entropy, algo.vf_coef, ent_coef)
         grad_norm = self.optimizer.update(loss, stats, samples=len(advantages))
+        assert grad_norm is not None  # None only when no rank had a sample
 
         metrics = {key: float(value) for key, value in stats.items()}
         metrics.update({

@@ -28,6 +28,7 @@ from pydantic import Field, PositiveInt
 from rlfoundry.algos.base import AlgorithmConfig, Runtime
 from rlfoundry.algos.families import OffPolicyAgent
 from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.buffers.replay import PrioritizedReplayBuffer
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
@@ -130,6 +131,7 @@ class DQN(OffPolicyAgent):
     def update(self, progress: float) -> dict[str, torch.Tensor]:
         algo = self.algo
         if algo.prioritized:
+            assert isinstance(self.replay, PrioritizedReplayBuffer)  # make_replay(prioritized=True)
             beta = algo.per_beta + progress * (1.0 - algo.per_beta)  # annealed to 1
             batch = self.replay.sample(algo.batch_size, self.rng, beta=beta)
         else:
@@ -148,6 +150,7 @@ class DQN(OffPolicyAgent):
         loss, stats = dqn_loss(q_taken, targets, tensor(batch.weights))
         self.optimizer.update(loss, stats)
         if algo.prioritized:
+            assert isinstance(self.replay, PrioritizedReplayBuffer)
             self.replay.update_priorities(batch.indices, (q_taken.detach() - targets).abs().cpu().numpy())
         return stats
 

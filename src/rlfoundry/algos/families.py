@@ -29,6 +29,7 @@ from rlfoundry.buffers.replay import (
     start_envs,
 )
 from rlfoundry.buffers.rollout import Rollout, RolloutCollector
+from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.envs import env_seed, frame_stack
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import GreedyActorCritic, build_actor_critic, state_norm
@@ -43,7 +44,7 @@ class OnPolicyAgent(Agent):
 
     memory_cores = True
     distributed = True
-    smoke = ("algo.num_steps=64",)
+    smoke: ClassVar[tuple[str, ...]] = ("algo.num_steps=64",)
     compile_evaluate: ClassVar[bool] = True  # train.compile also compiles the policy's `evaluate` (the update's forward)
 
     def __init__(self, cfg, spec, runtime: Runtime):
@@ -52,10 +53,10 @@ class OnPolicyAgent(Agent):
         self.optimizer = self.make_optimizer()
         self.collector: RolloutCollector | None = None  # built at the first iteration
         self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
-        if runtime.compile:
-            self.policy.act = runtime.compiled(self.policy.act)
+        if runtime.compile:  # the compiled methods shadow the class's on this instance
+            self.policy.act = runtime.compiled(self.policy.act)  # type: ignore[method-assign]
             if self.compile_evaluate:
-                self.policy.evaluate = runtime.compiled(self.policy.evaluate)
+                self.policy.evaluate = runtime.compiled(self.policy.evaluate)  # type: ignore[method-assign]
 
     def make_optimizer(self) -> FlatOptimizer:
         algo = self.algo
@@ -153,6 +154,7 @@ class OffPolicyAgent(Agent):
     replay samples."""
 
     smoke = ("algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16")
+    replay: ReplayBuffer  # built by each algorithm's __init__ (`make_replay`)
 
     def __init__(self, cfg, spec, runtime: Runtime):
         super().__init__(cfg, spec, runtime)
@@ -243,6 +245,7 @@ class LatentAgent(Agent):
     spaces (`to_env` scales them)."""
 
     compiles = False  # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes (README)
+    replay: SequenceReplay  # built by each algorithm's __init__
 
     def __init__(self, cfg, spec, runtime: Runtime):
         super().__init__(cfg, spec, runtime)
@@ -271,7 +274,9 @@ class LatentAgent(Agent):
             self.replay.start(self.obs)
             self.memory = Memory()
         steps = self.algo.collect_steps
-        returns, lengths, totals = [], [], {}
+        returns: list[float] = []
+        lengths: list[int] = []
+        totals: dict[str, float] = {}
         time_env = time_act = time_learn = 0.0
         updates = 0
         for _ in range(steps):

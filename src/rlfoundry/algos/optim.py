@@ -36,10 +36,12 @@ class DebugChecks:
 
     def after_backward(self, optimizer: FlatOptimizer) -> None:
         for name, param in optimizer.named:  # per parameter tensor: a layer's weight, its bias
-            if not bool(torch.isfinite(param.grad).all()):
-                raise FloatingPointError(f"the gradient of {optimizer.label}.{name} is {_bad(param.grad)} at update "
+            grad = param.grad
+            assert grad is not None  # a view of the flat gradient (flatten_parameters)
+            if not bool(torch.isfinite(grad).all()):
+                raise FloatingPointError(f"the gradient of {optimizer.label}.{name} is {_bad(grad)} at update "
                                          f"{optimizer.updates + 1} (the loss was finite)")
-            self.norms[f"debug/grad_norm/{optimizer.label}.{name}"] = float(torch.linalg.vector_norm(param.grad))
+            self.norms[f"debug/grad_norm/{optimizer.label}.{name}"] = float(torch.linalg.vector_norm(grad))
             self.norms[f"debug/weight_norm/{optimizer.label}.{name}"] = float(torch.linalg.vector_norm(param.detach()))
 
     def after_step(self, optimizer: FlatOptimizer) -> None:
@@ -104,6 +106,7 @@ class FlatOptimizer:
         `samples` (what this rank's loss averaged over); a rank without samples passes loss None and 0 so that it
         still takes its part. Returns None, and nobody steps, when no rank had a sample."""
         grad = self.flat.grad
+        assert grad is not None  # allocated by flatten_parameters
         grad.zero_()
         if loss is not None:
             if _debug is not None:

@@ -23,7 +23,7 @@ Deliberate choices, with their sources:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import Field, PositiveInt, field_validator
@@ -119,6 +119,10 @@ class PPOConfig(AlgorithmConfig):
         }
 
 
+# clip_coef and ent_coef: numbers, or 0-d tensors (the agent's: a compiled loss takes new values without recompiling)
+Coef = TypeVar("Coef", float, torch.Tensor)
+
+
 def ppo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -127,9 +131,9 @@ def ppo_loss(
     old_values: torch.Tensor,
     returns: torch.Tensor,
     entropy: torch.Tensor,
-    clip_coef: float,
+    clip_coef: Coef,
     vf_coef: float,
-    ent_coef: float,
+    ent_coef: Coef,
     clip_vloss: bool,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The clipped-surrogate PPO loss over a minibatch [N]; `stats` are detached scalars."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -56,6 +56,9 @@ from rlfoundry.nets.policy import (
     TwinQ,
     TwinQDiscrete,
 )
+
+if TYPE_CHECKING:  # imported where used: the actor processes' module is only needed with async actors
+    from rlfoundry.buffers.actors import ActorPool
 
 
 class SACConfig(AlgorithmConfig):
@@ -133,7 +136,7 @@ def sac_alpha_loss(log_alpha: torch.Tensor, logp: torch.Tensor, target_entropy: 
 # ---------------------------------------------------------------- the acting network (also built by actor processes)
 
 
-def build_actor(spec, net_cfg) -> torch.nn.Module:
+def build_actor(spec, net_cfg) -> CategoricalActor | SquashedGaussianActor:
     return CategoricalActor(spec, net_cfg) if spec.discrete else SquashedGaussianActor(spec, net_cfg)
 
 
@@ -178,14 +181,15 @@ class SAC(OffPolicyAgent):
                           if algo.ent_coef == "auto" else None)
         if spec.discrete:
             auto_entropy = algo.target_entropy_scale * math.log(int(spec.action_space.n))
-            action_shape, action_dtype = (), np.int64
+            action_shape: tuple[int, ...] = ()
+            action_dtype: type[np.generic] = np.int64
         else:
             auto_entropy = -float(spec.action_space.shape[0])
             action_shape, action_dtype = spec.action_space.shape, np.float32
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
         self.replay = self.make_replay(action_shape, action_dtype)
         runtime.compile_modules(self.actor, self.critic, self.critic_target)
-        self.pool = None  # async: the actor processes, started at the first iteration
+        self.pool: ActorPool | None = None  # async: the actor processes, started at the first iteration
         self.owed = 0.0  # async: gradient steps owed for the rows received (the fraction carried over)
         self.gradient_steps_done = 0
         if algo.async_actors:

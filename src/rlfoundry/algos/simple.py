@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from rlfoundry.algos.base import Agent, AlgorithmConfig, Iteration, Memory, Runtime
@@ -166,6 +167,7 @@ class Simple(Agent):
         device = self.device
         channels = spec.obs_shape[0] // algo.frame_stack
         self.frame_shape = (channels, *spec.obs_shape[1:])
+        assert isinstance(spec.action_space, spaces.Discrete)  # spec.discrete, checked above
         self.num_actions = int(spec.action_space.n)
         try:
             self.model = NextFramePredictor(algo.world_model, self.num_actions, self.frame_shape,
@@ -198,7 +200,9 @@ class Simple(Agent):
 
     def iterate(self, envs, progress: float) -> Iteration:
         algo, start = self.algo, time.perf_counter()
-        returns, lengths, steps = [], [], 0
+        returns: list[float] = []
+        lengths: list[int] = []
+        steps = 0
         if self.epoch == 0 and algo.random_steps:
             steps += self._collect(envs, algo.random_steps, None, returns, lengths)
         steps += self._collect(envs, algo.real_steps_per_epoch, algo.collect_temperature, returns, lengths)
@@ -224,6 +228,7 @@ class Simple(Agent):
 
         clock = time.perf_counter()
         if not online:
+            assert self.reward_optimizer is not None  # built when the reward strategy is not online
             n = self.replay.num_steps
             batches = algo.reward_steps or REWARD_STEPS_PER_EPOCH[algo.reward_strategy]
             indices = reward_training_indices(
@@ -240,7 +245,7 @@ class Simple(Agent):
         self.epoch += 1
         return Iteration(steps, metrics, returns, lengths)
 
-    def _collect(self, envs, steps: int, temperature: float | None, returns: list, lengths: list) -> int:
+    def _collect(self, envs, steps: int, temperature: float | None, returns: list[float], lengths: list[int]) -> int:
         """`steps` real transitions from a fresh reset into the replay; actions uniformly random (temperature None)
         or sampled from the policy at `temperature`."""
         obs, _ = envs.reset(seed=int(self.rng.integers(2**31)))

@@ -101,6 +101,9 @@ def smoothed_targets(next_actions: torch.Tensor, noise: torch.Tensor, clip: floa
 class DeterministicActor(nn.Module):
     """encoder → linear → tanh, scaled to the action bounds: μ(s) [N, A]."""
 
+    scale: torch.Tensor  # buffers, registered in __init__
+    offset: torch.Tensor
+
     def __init__(self, spec, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)

@@ -102,7 +102,7 @@ class ActorPool:
             pass
         rows = min(map(len, self.pending))
         if self.obs is None:  # the actors' first observations: where the replay's next row starts
-            self.obs = np.concatenate(self.first_obs)
+            self.obs = np.concatenate([obs for obs in self.first_obs if obs is not None])  # all are, by the wait
             replay.restart(self.obs)
         for _ in range(rows):
             pieces = [actor.popleft() for actor in self.pending]
@@ -164,7 +164,8 @@ class ActorPool:
     @property
     def alive(self) -> list[int]:
         """Process ids of the actor processes still running."""
-        return [process.pid for process in self.processes if process.is_alive()]
+        # a started process has a pid; the check narrows Process.pid's `int | None`
+        return [process.pid for process in self.processes if process.is_alive() and process.pid is not None]
 
 
 # ---------------------------------------------------------------- actor side

@@ -62,9 +62,9 @@ class FrameReplay:
         one per step and `frame_stack` per episode start, so `max_episodes` starts fit in a full buffer (the
         default, capacity // 100, allows an average episode of 100 steps; each SimPLe epoch starts one more, as
         the real env is reset at every collection phase)."""
-        frame_shape = tuple(int(n) for n in frame_shape)
-        if capacity < 1 or len(frame_shape) != 3 or min(frame_shape) < 1 or frame_stack < 1 or num_actions < 1:
-            raise ValueError(f"capacity {capacity}, frame_shape {frame_shape}, frame_stack {frame_stack}, num_actions "
+        shape = tuple(int(n) for n in frame_shape)
+        if capacity < 1 or len(shape) != 3 or min(shape) < 1 or frame_stack < 1 or num_actions < 1:
+            raise ValueError(f"capacity {capacity}, frame_shape {shape}, frame_stack {frame_stack}, num_actions "
                              f"{num_actions}: need positive sizes and a frame shape (C, H, W)")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma = {gamma}; allowed: 0 <= gamma <= 1")
@@ -73,11 +73,11 @@ class FrameReplay:
             raise ValueError(f"max_episodes = {max_episodes}; need at least 1")
         self.capacity, self.frame_stack, self.num_actions = int(capacity), int(frame_stack), int(num_actions)
         self.gamma, self.max_episodes = float(gamma), max_episodes
-        self.frame_shape = frame_shape
-        C, H, W = frame_shape
+        C, H, W = shape
+        self.frame_shape = (C, H, W)
         self.obs_shape = (frame_stack * C, H, W)
         self.frame_capacity = capacity + frame_stack * max_episodes
-        self.frames = np.zeros((self.frame_capacity, *frame_shape), np.uint8)
+        self.frames = np.zeros((self.frame_capacity, *self.frame_shape), np.uint8)
         self.obs_index = np.zeros(capacity, np.int64)
         self.actions = np.zeros(capacity, np.min_scalar_type(num_actions - 1))
         self.rewards = np.zeros(capacity, np.uint8)

@@ -128,7 +128,7 @@ class ReplayBuffer:
         self._write_obs((t + 1) % R, next_obs, obs, self.reset_rows[s])
         bootstrap_ok = self.depth[(t + 1) % R] > 0
         blocked = np.zeros(B, bool)  # an episode ended within rows t-k .. t-1
-        became = []
+        became_rows: list[np.ndarray] = []
         for k in range(min(self.n_step, t + 1)):
             r = (t - k) % R
             if k > 0:
@@ -136,10 +136,10 @@ class ReplayBuffer:
             complete = ~blocked & (done if k < self.n_step - 1 else True)
             new = complete & ~self.reset_rows[r] & (self.depth[r] > 0) & bootstrap_ok
             self.ready[r] |= new
-            became.append(np.flatnonzero(new) + r * B)
+            became_rows.append(np.flatnonzero(new) + r * B)
         self.prev_done = done
         self.step = t + 1
-        became = np.concatenate(became)
+        became = np.concatenate(became_rows)
         self.num_ready += became.size
         return became, removed
 
@@ -184,15 +184,15 @@ class ReplayBuffer:
         # the n-step windows that now end at that truncation are complete: mark them as `add` would have
         bootstrap_ok = self.depth[t % R] > 0
         blocked = np.zeros(B, bool)
-        became = []
+        became_rows: list[np.ndarray] = []
         for k in range(min(self.n_step, t)):
             r = (t - 1 - k) % R
             if k > 0:
                 blocked |= self.terminated[r] | self.truncated[r]
             new = ongoing & ~blocked & ~self.ready[r] & ~self.reset_rows[r] & (self.depth[r] > 0) & bootstrap_ok
             self.ready[r] |= new
-            became.append(np.flatnonzero(new) + r * B)
-        became = np.concatenate(became)
+            became_rows.append(np.flatnonzero(new) + r * B)
+        became = np.concatenate(became_rows)
         self.num_ready += became.size
         self._became_ready(became)
         self.prev_done = np.ones(B, bool)  # so the pending row is a reset row
@@ -435,7 +435,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
 
 class Collected(NamedTuple):
-    obs: np.ndarray  # the observation the next step starts from
+    obs: np.ndarray | None  # the observation the next step starts from (None: SAC's async actors keep it)
     episode_returns: list[float]
     episode_lengths: list[int]
     time_env: float

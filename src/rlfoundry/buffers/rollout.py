@@ -19,11 +19,13 @@ the same device, so collecting from it copies nothing to the host.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
 from rlfoundry.envs import EnvSpec, env_seed
@@ -117,7 +119,8 @@ class RolloutCollector:
         else:
             self.next_obs = resume["next_obs"].copy()
         self.on_device = isinstance(self.next_obs, torch.Tensor)  # the env steps on the device (module docstring)
-        zeros = self._device_zeros if self.on_device else np.zeros
+        # the storage: torch tensors on the device when the env steps there, else numpy arrays
+        zeros: Callable[..., np.ndarray | torch.Tensor] = self._device_zeros if self.on_device else np.zeros
         shape = (num_steps, spec.num_envs)
         self.obs = zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)
         self.rewards = zeros(shape, dtype=np.float32)
@@ -127,17 +130,21 @@ class RolloutCollector:
         self.starts = zeros(shape, dtype=bool)
         self.prev_done = zeros(spec.num_envs, dtype=bool)
         if resume is not None:
-            self.prev_done[:] = resume["prev_done"]
-            self.valid[-1] = resume.get("last_valid", ~resume["prev_done"])
+            # on the device these are tensors, which take numpy arrays (torch's stubs allow only tensors and scalars)
+            self.prev_done[:] = resume["prev_done"]  # type: ignore[assignment]
+            self.valid[-1] = resume.get("last_valid", ~resume["prev_done"])  # type: ignore[assignment]
             self.memory = _unflatten_memory(resume, device)
+        self.low: np.ndarray | torch.Tensor | None
+        self.high: np.ndarray | torch.Tensor | None
         if spec.discrete:
             self.low = self.high = None
         else:
+            assert isinstance(spec.action_space, spaces.Box)  # not Discrete: a Box (EnvSpec.action_space)
             self.low, self.high = spec.action_space.low, spec.action_space.high
             if self.on_device:
                 self.low, self.high = (torch.as_tensor(bound, device=device) for bound in (self.low, self.high))
 
-    def _device_zeros(self, shape: tuple[int, ...], dtype) -> torch.Tensor:
+    def _device_zeros(self, shape: int | tuple[int, ...], dtype) -> torch.Tensor:
         return torch.zeros(shape, dtype=torch.from_numpy(np.zeros((), dtype)).dtype, device=self.device)
 
     def restart(self, seed: int | None = None) -> None:
@@ -166,7 +173,10 @@ class RolloutCollector:
     def env_actions(self, actions: torch.Tensor) -> np.ndarray | torch.Tensor:
         """Actions as the env takes them: Gaussian samples are clipped to the bounds (stored unclipped)."""
         if self.on_device:
-            return actions if self.low is None else actions.clamp(self.low, self.high)
+            if self.low is None:
+                return actions
+            assert isinstance(self.low, torch.Tensor) and isinstance(self.high, torch.Tensor)  # moved in __init__
+            return actions.clamp(self.low, self.high)
         array = actions.cpu().numpy()
         return array if self.low is None else np.clip(array, self.low, self.high)
 
@@ -183,12 +193,15 @@ class RolloutCollector:
             for t in range(self.num_steps):
                 start = clock()
                 self.obs[t] = self.next_obs
-                if recurrent:  # `starts` of row t, from row t - 1 (not yet overwritten at t = 0); None: none
+                if self.sequence_length is not None:  # recurrent
+                    # `starts` of row t, from row t - 1 (not yet overwritten at t = 0); None: none
                     none = not self.on_device and self.valid[t - 1].all()  # (on the device: no sync to find out)
                     starts = None if none else self._tensor(~self.valid[t - 1])
                     if t % self.sequence_length == 0:
+                        assert self.memory is not None  # initial_state above, then each act's
                         states.append(self.memory)
-                self.valid[t] = ~self.prev_done
+                # both numpy or both torch (self.on_device); mypy also checks the mixed pairs, which never occur
+                self.valid[t] = ~self.prev_done  # type: ignore[assignment]
                 out, self.memory = policy.act(self._tensor(self.obs[t]), self.memory, starts)
                 actions.append(out.actions)
                 logprobs.append(out.logprobs)
@@ -209,10 +222,10 @@ class RolloutCollector:
             start = clock()
             if recurrent:
                 starts = self._tensor(~self.valid[-1])
-            next_obs = self.next_obs if self.on_device else np.asarray(self.next_obs, dtype=self.obs.dtype)
+            next_obs = self.next_obs if self.on_device else np.asarray(self.next_obs, dtype=self.spec.obs_dtype)
             last_value = policy.value(self._tensor(next_obs), self.memory, starts)
             stats.time_act += clock() - start
-        self.starts[1:] = ~self.valid[:-1]
+        self.starts[1:] = ~self.valid[:-1]  # type: ignore[assignment]  # both numpy or both torch, as above
         rollout = Rollout(
             obs=self._tensor(self.obs),
             actions=torch.stack(actions),
@@ -253,7 +266,7 @@ class EpisodePieces(NamedTuple):
 
     row: torch.Tensor  # [L, S]: time step within its new sequence
     column: torch.Tensor  # [L, S]: the new sequence
-    count: int  # new sequences
+    count: int  # type: ignore[assignment]  # new sequences (the public name shadows tuple.count, unused here)
     length: int  # rows of the new layout: the longest piece
     first: torch.Tensor  # [S]: the new sequence holding each chunk's first piece (which keeps its stored memory)
 
@@ -333,6 +346,7 @@ def minibatches(rollout: Rollout, targets: tuple[torch.Tensor, ...], learned: to
     # need no episode starts at all: cheaper than a reset mask per step.
     memory = policy.initial_state(pieces.count)
     continues = ~chunks[-1][0]
+    assert rollout.states is not None  # a recurrent policy's rollout
     for core, stored in zip(memory, memory_columns(rollout.states)):
         for tensor, columns in zip(core, stored):
             tensor[:, pieces.first] = columns * continues.view(1, -1, *[1] * (columns.dim() - 2))

@@ -32,6 +32,8 @@ class TwoHot(nn.Module):
     """Two-hot targets over fixed bins, and the expected value of a categorical over them. The bins are a buffer
     (not saved: they follow from the arguments), so they move with the module that holds this one."""
 
+    bins: torch.Tensor  # registered as a buffer in __init__
+
     def __init__(self, bins: int = 255, low: float = -20.0, high: float = 20.0):
         super().__init__()
         if bins < 3 or bins % 2 == 0 or low != -high:

@@ -75,18 +75,24 @@ class LatentModel(nn.Module):
         self.cfg = cfg
         U, norm, act = cfg.units, cfg.rssm.norm, cfg.rssm.act
         self.images = len(obs_shape) == 3
+        self.encoder: nn.Module
+        self.decoder: nn.Module
         if self.images:
-            self.encoder = (vision.PlaNetEncoder(obs_shape) if cfg.cnn == "planet" else
-                            vision.ImageEncoder(obs_shape, cfg.depth))
-            embed_size = self.encoder.output_size
+            channels, height, width = obs_shape
+            image_shape = (channels, height, width)
+            encoder: vision.PlaNetEncoder | vision.ImageEncoder = (
+                vision.PlaNetEncoder(image_shape) if cfg.cnn == "planet" else
+                vision.ImageEncoder(image_shape, cfg.depth))
+            self.encoder = encoder
+            embed_size = encoder.output_size
         else:
             self.encoder = mlp(obs_shape[0], U, cfg.encoder_layers, norm, act)
             embed_size = U
         self.rssm = RSSM(cfg.rssm, action_size, embed_size, discrete_actions)
         F_ = self.rssm.feature_size
         if self.images:
-            self.decoder = (vision.PlaNetDecoder(obs_shape, F_) if cfg.cnn == "planet" else
-                            vision.ImageDecoder(obs_shape, cfg.depth, cfg.rssm.deter, self.rssm.stoch_size, U))
+            self.decoder = (vision.PlaNetDecoder(image_shape, F_) if cfg.cnn == "planet" else
+                            vision.ImageDecoder(image_shape, cfg.depth, cfg.rssm.deter, self.rssm.stoch_size, U))
         else:
             self.decoder = nn.Sequential(mlp(F_, U, cfg.decoder_layers, norm, act), output_layer(U, obs_shape[0], 1.0))
         twohot = cfg.reward_head == "twohot"
@@ -98,7 +104,9 @@ class LatentModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.rssm.prior_net[-1].weight.device
+        last = self.rssm.prior_net[-1]
+        assert isinstance(last, nn.Linear)  # output_layer's
+        return last.weight.device
 
     def inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """Observations as the encoder takes them and the decoder reconstructs them: symlog(vectors), or images as
@@ -148,6 +156,7 @@ class LatentModel(nn.Module):
         return self.twohot.mean(out) if self.cfg.reward_head == "twohot" else out.squeeze(-1)
 
     def predict_continue(self, feats: torch.Tensor) -> torch.Tensor:
+        assert self.cont is not None, "predict_continue needs continue_head"
         return torch.sigmoid(self.cont(feats).squeeze(-1))
 
 

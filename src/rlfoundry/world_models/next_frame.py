@@ -413,6 +413,7 @@ class NextFramePredictor(nn.Module):
             self.register_buffer(name, timing_signal(c, h, w), persistent=False)
 
         self.embed = nn.Conv2d(self.input_channels, cfg.hidden_size, 1)
+        assert self.embed.bias is not None  # bias=True is Conv2d's default
         nn.init.normal_(self.embed.bias, std=0.01)  # §2.1 "Embedding": bias init N(0, 0.01)
         self.encoder = nn.ModuleList(nn.Conv2d(channels[i], channels[i + 1], 4, stride=2, padding=1) for i in range(k))
         self.encoder_norms = nn.ModuleList(nn.InstanceNorm2d(channels[i + 1], affine=True, eps=1e-6) for i in range(k))

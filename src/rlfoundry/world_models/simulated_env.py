@@ -49,6 +49,7 @@ class SimulatedEnv(VectorEnv):
     """`num_envs` envs stepped by `model` (see the module docstring)."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    single_observation_space: spaces.Box  # narrowed from VectorEnv's Space: set to a Box in __init__
 
     def __init__(self, model: NextFramePredictor, restarts: Restarts, num_envs: int, episode_length: int = 50,
                  add_value: bool = True, temperature: float = 1.0):
@@ -89,7 +90,7 @@ class SimulatedEnv(VectorEnv):
         self.returns.zero_()
         self.started = time.perf_counter()
 
-    def step(self, actions):
+    def step(self, actions: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if self.stacks is None:
             raise RuntimeError("SimulatedEnv.step before reset")
         flags = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)

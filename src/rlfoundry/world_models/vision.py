@@ -76,9 +76,11 @@ def conv(inputs: int, outputs: int, outscale: float = 1.0) -> nn.Conv2d:
     """A k5 'same' convolution, its weights channels-last: oneDNN's kernels for these few channels run about twice as
     fast on channels-last tensors as on NCHW ones (forward and backward, measured on AVX-512)."""
     layer = nn.Conv2d(inputs, outputs, 5, padding=2)
+    assert layer.bias is not None  # bias=True is Conv2d's default
     init_weight_(layer.weight, 25 * inputs, outscale)
     nn.init.zeros_(layer.bias)
-    return layer.to(memory_format=torch.channels_last)
+    # Module.to accepts memory_format at run time; torch's overloads for it leave the keyword out
+    return layer.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
 
 class ImageEncoder(nn.Module):
@@ -107,9 +109,11 @@ class ImageDecoder(nn.Module):
         cells = self.low[0] * self.low[1]
         self.groups = groups if deter % groups == 0 and self.top % groups == 0 else 1
         self.from_deter = BlockLinear(deter, cells * self.top, self.groups)
-        self.from_stoch = nn.Sequential(Dense(stoch, 2 * units), nn.Linear(2 * units, cells * self.top))
-        init_weight_(self.from_stoch[1].weight, 2 * units)
-        nn.init.zeros_(self.from_stoch[1].bias)
+        stoch_in = Dense(stoch, 2 * units)  # built before stoch_out: the order the RNG is drawn in
+        stoch_out = nn.Linear(2 * units, cells * self.top)
+        self.from_stoch = nn.Sequential(stoch_in, stoch_out)
+        init_weight_(stoch_out.weight, 2 * units)
+        nn.init.zeros_(stoch_out.bias)
         self.norm = ChannelRMSNorm(self.top)
         channels = [depth * m for m in reversed(MULTS)]  # 4d, 4d, 3d, 2d
         self.convs = nn.ModuleList(conv(a, b) for a, b in zip(channels, channels[1:]))
