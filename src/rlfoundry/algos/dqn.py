@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import AlgorithmConfig, Runtime
-from rlfoundry.algos.families import OffPolicyAgent
+from rlfoundry.algos.base import Runtime
+from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers.replay import PrioritizedReplayBuffer
 from rlfoundry.config.errors import ConfigError
@@ -36,16 +36,11 @@ from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.policy import Greedy, QNetwork
 
 
-class DQNConfig(AlgorithmConfig):
+class DQNConfig(OffPolicyConfig):
     name: Literal["dqn"] = "dqn"
     lr: Schedule = Field(Schedule(start=1e-4), description="Adam learning rate (number or lin_<start>).")
-    buffer_size: PositiveInt = Field(1_000_000, description="Replay capacity in transitions.")
-    learning_starts: int = Field(100, ge=0, description="Env steps stored before the first gradient step.")
     batch_size: PositiveInt = Field(32, description="Transitions per gradient step.")
     train_freq: PositiveInt = Field(4, description="Vector-env steps per iteration.")
-    gradient_steps: PositiveInt = Field(1, description="Gradient steps per iteration.")
-    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
-    n_step: PositiveInt = Field(1, description="n-step returns.")
     tau: float = Field(1.0, gt=0, le=1, description="Target update: 1 copies the weights, < 1 is Polyak averaging.")
     target_update_interval: PositiveInt = Field(10_000, description="Env steps between target updates.")
     exploration_initial_eps: float = Field(1.0, ge=0, le=1, description="ε at the start.")
@@ -58,10 +53,6 @@ class DQNConfig(AlgorithmConfig):
     per_beta: float = Field(0.4, ge=0, le=1, description="Importance-weight exponent β at the start (annealed to 1).")
     max_grad_norm: float = Field(10.0, gt=0, description="Global gradient-norm clip.")
     adam_eps: float = Field(1e-8, gt=0, description="Adam ε.")
-
-    def check_with(self, num_envs: int) -> None:
-        if self.buffer_size < num_envs * max(self.n_step, 2):
-            raise ValueError(f"algo.buffer_size = {self.buffer_size}: too small for {num_envs} envs and n_step {self.n_step}")
 
     @staticmethod
     def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:

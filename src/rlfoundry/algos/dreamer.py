@@ -45,14 +45,11 @@ from rlfoundry.world_models import dists
 from rlfoundry.world_models.imagination import PercentileScale, lambda_returns
 from rlfoundry.world_models.laprop import LaProp
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS,
     LatentModel,
     LatentModelConfig,
-    acting_arrays,
     check_observations,
     env_defaults,
     observe_latest,
-    restore_acting,
     time_major,
 )
 from rlfoundry.world_models.layers import mlp, output_layer
@@ -318,10 +315,7 @@ class Dreamer(LatentAgent):
             "model": self.model.state_dict(), "policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
             "slow_critic": self.slow_critic.state_dict(), "optimizer": self.optimizer.state_dict(),
             "retnorm": self.retnorm.state_dict(),
-            # numpy arrays: they go to the checkpoint's .npz
-            "replay": {**self.replay.state_dict(), **acting_arrays(self.memory, self.obs)},
-            "counters": {"env_steps": self.env_steps, "updates": self.updates, "ratio_last": self.ratio_last,
-                         "rng": self.rng.bit_generator.state},
+            **self.replay_state(ratio_last=self.ratio_last),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -331,10 +325,4 @@ class Dreamer(LatentAgent):
         self.slow_critic.load_state_dict(state["slow_critic"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.retnorm.load_state_dict(state["retnorm"])
-        replay = {key: value for key, value in state["replay"].items() if key not in ACTING_KEYS}
-        self.replay.load_state_dict(replay)
-        self.memory = Memory()
-        self.obs = restore_acting(state["replay"], self.memory, self.device)
-        counters = state["counters"]
-        self.env_steps, self.updates, self.ratio_last = counters["env_steps"], counters["updates"], counters["ratio_last"]
-        self.rng.bit_generator.state = counters["rng"]
+        self.ratio_last = self.load_replay_state(state)["ratio_last"]

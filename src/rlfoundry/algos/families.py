@@ -16,8 +16,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Agent, Iteration, Memory, Runtime, averaged, finish_iteration
+from rlfoundry.algos.base import Agent, AlgorithmConfig, Iteration, Memory, Runtime, averaged, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.replay import (
@@ -33,7 +34,7 @@ from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.envs import env_seed, frame_stack
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import GreedyActorCritic, build_actor_critic, state_norm
-from rlfoundry.world_models.latent import to_env_actions
+from rlfoundry.world_models.latent import ACTING_KEYS, acting_arrays, restore_acting, to_env_actions
 
 # ---------------------------------------------------------------- on-policy
 
@@ -148,10 +149,27 @@ def actor_critic_outputs(policy, runtime: Runtime, obs: torch.Tensor, before: An
 # ---------------------------------------------------------------- off-policy
 
 
+class OffPolicyConfig(AlgorithmConfig):
+    """The settings the off-policy loop reads; an algorithm's config adds its own and may change these defaults."""
+
+    buffer_size: PositiveInt = Field(1_000_000, description="Replay capacity in transitions.")
+    learning_starts: int = Field(100, ge=0, description="Env steps stored before the first gradient step (the "
+                                 "actor-critics act uniformly at random until then).")
+    batch_size: PositiveInt = Field(256, description="Transitions per gradient step.")
+    train_freq: PositiveInt = Field(1, description="Vector-env steps per iteration.")
+    gradient_steps: PositiveInt = Field(1, description="Gradient steps per iteration.")
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
+    n_step: PositiveInt = Field(1, description="n-step returns.")
+
+    def check_with(self, num_envs: int) -> None:
+        if self.buffer_size < num_envs * max(self.n_step, 2):
+            raise ValueError(f"algo.buffer_size = {self.buffer_size}: too small for {num_envs} envs and n_step "
+                             f"{self.n_step}")
+
+
 class OffPolicyAgent(Agent):
-    """A `replay` of transitions and the env steps taken (`env_steps`); its config has buffer_size, learning_starts,
-    batch_size, train_freq, gradient_steps, gamma and n_step. `rng` (seeded from train.seed + 1) draws exploration and
-    replay samples."""
+    """A `replay` of transitions and the env steps taken (`env_steps`); its config is an `OffPolicyConfig`. `rng`
+    (seeded from train.seed + 1) draws exploration and replay samples."""
 
     smoke = ("algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16")
     replay: ReplayBuffer  # built by each algorithm's __init__ (`make_replay`)
@@ -308,6 +326,23 @@ class LatentAgent(Agent):
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         return to_env_actions(actions, self.spec.action_space)
+
+    def replay_state(self, **counters) -> dict[str, Any]:
+        """The sequence replay with the acting state (numpy arrays: the checkpoint's .npz), and the counters (env
+        steps, updates, the generator, and `counters`)."""
+        return {"replay": {**self.replay.state_dict(), **acting_arrays(self.memory, self.obs)},
+                "counters": {"env_steps": self.env_steps, "updates": self.updates, **counters,
+                             "rng": self.rng.bit_generator.state}}
+
+    def load_replay_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Restore what `replay_state` saved; returns the counters."""
+        self.replay.load_state_dict({key: value for key, value in state["replay"].items() if key not in ACTING_KEYS})
+        self.memory = Memory()
+        self.obs = restore_acting(state["replay"], self.memory, self.device)
+        counters = state["counters"]
+        self.env_steps, self.updates = counters["env_steps"], counters["updates"]
+        self.rng.bit_generator.state = counters["rng"]
+        return counters
 
     def forget_env_position(self) -> None:
         self.obs = None

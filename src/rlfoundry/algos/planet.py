@@ -34,14 +34,11 @@ from rlfoundry.buffers import sized_by
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.world_models.latent import (
-    ACTING_KEYS,
     LatentModel,
     LatentModelConfig,
-    acting_arrays,
     check_observations,
     env_defaults,
     observe_latest,
-    restore_acting,
     time_major,
 )
 from rlfoundry.world_models.planning import cross_entropy_method
@@ -207,18 +204,11 @@ class PlaNet(LatentAgent):
     def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "replay": {**self.replay.state_dict(), **acting_arrays(self.memory, self.obs)},  # to the .npz
-            "counters": {"env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
-                         "owed": self.owed, "rng": self.rng.bit_generator.state},
+            **self.replay_state(episodes=self.episodes, owed=self.owed),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.replay.load_state_dict({key: value for key, value in state["replay"].items() if key not in ACTING_KEYS})
-        self.memory = Memory()
-        self.obs = restore_acting(state["replay"], self.memory, self.device)
-        counters = state["counters"]
-        self.env_steps, self.updates = counters["env_steps"], counters["updates"]
+        counters = self.load_replay_state(state)
         self.episodes, self.owed = counters["episodes"], counters["owed"]
-        self.rng.bit_generator.state = counters["rng"]

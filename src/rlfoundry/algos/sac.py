@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import AlgorithmConfig, Iteration, Runtime, averaged, finish_iteration
-from rlfoundry.algos.families import OffPolicyAgent
+from rlfoundry.algos.base import Iteration, Runtime, averaged, finish_iteration
+from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig
 from rlfoundry.algos.optim import FlatOptimizer, frozen
 from rlfoundry.buffers.replay import Collected
 from rlfoundry.config.errors import ConfigError
@@ -61,17 +61,10 @@ if TYPE_CHECKING:  # imported where used: the actor processes' module is only ne
     from rlfoundry.buffers.actors import ActorPool
 
 
-class SACConfig(AlgorithmConfig):
+class SACConfig(OffPolicyConfig):
     name: Literal["sac"] = "sac"
     lr: Schedule = Field(Schedule(start=3e-4), description="Adam learning rate of actor, critics and α (a number "
                          "or lin_<start>).")
-    buffer_size: PositiveInt = Field(1_000_000, description="Replay capacity in transitions.")
-    learning_starts: int = Field(100, ge=0, description="Env steps of uniform random actions before learning.")
-    batch_size: PositiveInt = Field(256, description="Transitions per gradient step.")
-    train_freq: PositiveInt = Field(1, description="Vector-env steps per iteration.")
-    gradient_steps: PositiveInt = Field(1, description="Gradient steps per iteration.")
-    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
-    n_step: PositiveInt = Field(1, description="n-step returns.")
     tau: float = Field(0.005, gt=0, le=1, description="Polyak factor of the target critics.")
     ent_coef: float | Literal["auto"] = Field("auto", description="α, or auto: learned towards target_entropy.")
     ent_coef_init: float = Field(1.0, gt=0, description="Initial α when learned.")
@@ -88,8 +81,7 @@ class SACConfig(AlgorithmConfig):
     def check_with(self, num_envs: int) -> None:
         if self.lr.start <= 0:
             raise ValueError(f"algo.lr = {self.lr.start}: must be > 0")
-        if self.buffer_size < num_envs * max(self.n_step, 2):
-            raise ValueError(f"algo.buffer_size = {self.buffer_size}: too small for {num_envs} envs")
+        super().check_with(num_envs)
         if self.async_actors and num_envs % self.async_actors:
             raise ValueError(f"algo.async_actors = {self.async_actors}: env.num_envs ({num_envs}) must be a multiple")
 

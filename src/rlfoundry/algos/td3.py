@@ -29,8 +29,8 @@ import torch
 from pydantic import Field, PositiveInt
 from torch import nn
 
-from rlfoundry.algos.base import AlgorithmConfig, Runtime
-from rlfoundry.algos.families import OffPolicyAgent
+from rlfoundry.algos.base import Runtime
+from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig
 from rlfoundry.algos.optim import FlatOptimizer, frozen
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
@@ -40,17 +40,10 @@ from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.policy import TwinQ
 
 
-class TD3Config(AlgorithmConfig):
+class TD3Config(OffPolicyConfig):
     name: Literal["td3"] = "td3"
     lr: Schedule = Field(Schedule(start=1e-3), description="Adam learning rate of actor and critics (a number or "
                          "lin_<start>).")
-    buffer_size: PositiveInt = Field(1_000_000, description="Replay capacity in transitions.")
-    learning_starts: int = Field(100, ge=0, description="Env steps of uniform random actions before learning.")
-    batch_size: PositiveInt = Field(256, description="Transitions per gradient step.")
-    train_freq: PositiveInt = Field(1, description="Vector-env steps per iteration.")
-    gradient_steps: PositiveInt = Field(1, description="Gradient steps per iteration.")
-    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
-    n_step: PositiveInt = Field(1, description="n-step returns.")
     tau: float = Field(0.005, gt=0, le=1, description="Polyak factor of the target networks.")
     exploration_noise: float = Field(0.1, ge=0, description="σ of the Gaussian noise on the actions that collect "
                                      "experience, in units of half the action range.")
@@ -60,10 +53,6 @@ class TD3Config(AlgorithmConfig):
     target_noise_clip: float = Field(0.5, ge=0, description="The smoothing noise is clipped to ± this.")
     twin_critics: bool = Field(True, description="Two critics and the minimum of their targets (false: one, DDPG).")
     adam_eps: float = Field(1e-8, gt=0, description="Adam ε.")
-
-    def check_with(self, num_envs: int) -> None:
-        if self.buffer_size < num_envs * max(self.n_step, 2):
-            raise ValueError(f"algo.buffer_size = {self.buffer_size}: too small for {num_envs} envs")
 
     @staticmethod
     def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
