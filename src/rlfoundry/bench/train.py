@@ -30,6 +30,7 @@ def bench_train(spec: str, overrides: list[str] | None, steps: int, seed: int = 
         ]
         cfg = load_config(spec, extra)
         path, summary = train(cfg, run_dir=Path(tmp) / "run", console=Console(quiet=True))
+        assert path is not None, "a run given its run_dir has one"
         with open(path / "metrics.csv", newline="") as f:
             rows = list(csv.DictReader(f))
     parts = {key: sum(float(row[f"time/{key}"] or 0) for row in rows) for key in ("env", "act", "learn")}

@@ -40,7 +40,7 @@ def presets(
             settings = preset_layers(preset, variant)
             out().print(f"# {preset.env_id}:{variant} ({preset.path}); unset keys take the defaults\n"
                         + yaml.safe_dump(settings, sort_keys=False), highlight=False, markup=False)
-        elif (query or "").lower() in by_id:
+        elif query is not None and query.lower() in by_id:
             _show(by_id[query.lower()])
         else:
             _list(found, query or "")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from rlfoundry.cli.common import Address, err, fail, out, running_many
 from rlfoundry.config.errors import ConfigError
@@ -41,7 +41,7 @@ def sweep(
         fail(str(exc))
     console = err()
     bar = Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.fields[state]}"), console=console)
-    task: list[int] = []
+    task: list[TaskID] = []
 
     def show(progress) -> None:
         if not task:  # the first call: the input was good and the study is open

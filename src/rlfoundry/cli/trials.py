@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from rlfoundry.cli.common import Address, err, fail, out, running_many
 from rlfoundry.config.errors import ConfigError
@@ -64,7 +64,7 @@ def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: s
         eta = time.strftime("%H:%M:%S", time.gmtime(remaining / rate)) if rate > 0 else "-:--:--"
         state = (f"{progress.done} done, {progress.running} running, {progress.failed} failed  "
                  f"{rate:,.0f} steps/s  ETA {eta}")
-        bar.update(0, total=progress.total, completed=progress.steps, state=state)
+        bar.update(TaskID(0), total=progress.total, completed=progress.steps, state=state)
 
     with running_many(bar, path):
         results = run_trials(specs, seeds, overrides, path, workers, show, backend, address)

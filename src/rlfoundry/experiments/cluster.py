@@ -131,7 +131,7 @@ def train_on_node(command: list[str], log: str, cwd: str) -> int:
             time.sleep(POLL_S)  # (ray.cancel interrupts Python code, not a blocking wait)
     except KeyboardInterrupt:
         processes.stop([process])
-    return process.returncode
+    return process.wait()  # it has ended either way (`stop` waits): its exit code
 
 
 class RayRun:
@@ -173,7 +173,9 @@ class RayRun:
 
         if not ray.wait([self.ref], timeout=timeout)[0]:
             raise subprocess.TimeoutExpired(str(self.ref), timeout or 0.0)
-        return self.poll()
+        code = self.poll()
+        assert code is not None, "a finished task has an exit code"
+        return code
 
 
 @functools.cache

@@ -46,7 +46,7 @@ def _spec_curve(runs: list[RunResult], reps: int, seed: int) -> tuple[np.ndarray
     runs = [run for run in runs if run.left_out is None and len(run.curve[0]) and run.horizon is not None]
     if not runs:
         return None
-    grid = stats.common_grid([run.horizon for run in runs], GRID_POINTS)
+    grid = stats.common_grid([run.horizon for run in runs if run.horizon is not None], GRID_POINTS)
     curves = np.stack([stats.on_grid(*run.curve, grid) for run in runs])[:, None, :]
     return (grid, *stats.curve_estimates(curves, reps=reps, seed=seed))
 

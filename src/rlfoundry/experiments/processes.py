@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import fcntl
 import functools
+import io
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -32,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.config.errors import ConfigError
@@ -83,6 +84,8 @@ class Handle(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
     def kill(self) -> None: ...
+
+    def terminate(self) -> None: ...
 
 
 def resumable(run_dir: Path) -> bool:
@@ -196,7 +199,9 @@ def _run_forked(command: list[str], log: str, env: dict[str, str], cwd: str | No
     directory, environment, console to `log`), then the command line."""
     if own_session:
         os.setsid()
-    threading.Thread(target=_stop_when_closed, args=(multiprocessing.parent_process().sentinel,), daemon=True,
+    parent = multiprocessing.parent_process()
+    assert parent is not None, "a forked run has the process that started it"
+    threading.Thread(target=_stop_when_closed, args=(parent.sentinel,), daemon=True,
                      name="watch-launcher").start()
     if cwd is not None:
         os.chdir(cwd)
@@ -206,7 +211,8 @@ def _run_forked(command: list[str], log: str, env: dict[str, str], cwd: str | No
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
         os.dup2(sink, stream.fileno())
-        stream.reconfigure(line_buffering=True)
+        # typeshed's sys.stdout is a TextIO, without the reconfigure of the TextIOWrapper the streams are
+        cast(io.TextIOWrapper, stream).reconfigure(line_buffering=True)
     os.close(sink)
     sys.argv = ["rlfoundry", *command]
     # `python -m rlfoundry.cli`, as the plain start runs it; it exits with the command's code, the process's.
@@ -239,6 +245,7 @@ class ForkedRun:
 
     def send_signal(self, signal: int) -> None:
         if self.process.exitcode is None:
+            assert self.process.pid is not None, "a ForkedRun's process is started"
             os.kill(self.process.pid, signal)
 
     def terminate(self) -> None:

@@ -68,7 +68,7 @@ class RunResult:
     def normalised(self) -> float | None:
         """The final return over the solved threshold (1.0 = solved), comparable across envs. Only a positive
         threshold keeps the order of returns (Pendulum's -250 would reverse it), so others give None."""
-        if self.left_out is not None or self.solved is None or self.solved <= 0:
+        if self.left_out is not None or self.final_return is None or self.solved is None or self.solved <= 0:
             return None
         return self.final_return / self.solved
 
@@ -207,11 +207,12 @@ def write_report(out_dir: Path | str, results: Sequence[RunResult], title: str =
         figures["improvement"] = plots.improvement_png(comparison)
     for name in FIGURES:
         path = out_dir / f"{name}.png"
-        if figures.get(name) is None:
+        figure = figures.get(name)
+        if figure is None:
             path.unlink(missing_ok=True)  # an earlier report's plot would contradict this one
         else:
             paths[name] = path
-            write_atomic(path, figures[name])
+            write_atomic(path, figure)
     images = [name for name in FIGURES if name in paths]
     write_atomic(paths["md"], _markdown(title, by_spec, comparison, images, reps, seed))
     return paths

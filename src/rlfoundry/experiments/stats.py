@@ -118,8 +118,9 @@ def interval_estimates(scores: np.ndarray, reps: int = REPS, confidence: float =
         value = float(estimator(scores))
         low = high = value
         if scores.shape[0] > 1:
-            low, high = _interval(_by_task(scores), _resampled(estimator), reps, confidence, seed)
-        estimates[name] = Estimate(value, float(low), float(high))
+            interval = _interval(_by_task(scores), _resampled(estimator), reps, confidence, seed)
+            low, high = float(interval[0]), float(interval[1])
+        estimates[name] = Estimate(value, low, high)
     return estimates
 
 

@@ -63,6 +63,7 @@ from rlfoundry.experiments.sweep_file import (
     run_args,
     run_dir,
     run_log,
+    trial_value,
 )
 from rlfoundry.run.report import read_metrics
 from rlfoundry.run.rundir import run_status, write_atomic
@@ -113,6 +114,12 @@ class SeedRun:
     process: processes.Handle | None = None
     evals: dict[int, float] = field(default_factory=dict)  # grid step -> evaluation return
     stamp: tuple[int, int] | None = None  # metrics.csv's (size, mtime) when last read
+
+    @property
+    def handle(self) -> processes.Handle:
+        """The process of a run that has started (state running, finished or failed)."""
+        assert self.process is not None, f"run {self.run_dir} has not started"
+        return self.process
 
 
 @dataclass
@@ -232,9 +239,9 @@ def first_rung_steps(sweep: SweepFile, cfg: ExperimentConfig) -> int:
 def distributions(sweep: SweepFile) -> dict[str, optuna.distributions.BaseDistribution]:
     found: dict[str, optuna.distributions.BaseDistribution] = {}
     for key, parameter in sweep.parameters.items():
-        if parameter.kind == "float":
+        if parameter.float_ is not None:  # (its kind is "float")
             found[key] = FloatDistribution(*parameter.float_, log=parameter.log)
-        elif parameter.kind == "int":
+        elif parameter.int_ is not None:  # (its kind is "int")
             found[key] = IntDistribution(*parameter.int_, log=parameter.log, step=parameter.step or 1)
         else:
             found[key] = CategoricalDistribution(parameter.labels)
@@ -324,13 +331,13 @@ class Driver:
                     self.show(self.progress(len(live)))
                 if not live and not self._may_ask(0):  # (it may wait for a pruned trial's runs to free a worker)
                     break
-                processes.pause([run.process for item in live for run in item.runs if run.state == "running"]
+                processes.pause([run.handle for item in live for run in item.runs if run.state == "running"]
                                 + self.stopping, POLL_S)
             for process in self.stopping:
                 process.wait()
         finally:
             self._save_elapsed()
-            processes.stop([*self.stopping, *(run.process for item in live for run in item.runs
+            processes.stop([*self.stopping, *(run.handle for item in live for run in item.runs
                                               if run.state == "running")])
 
     # -------------------------------------------------------- trials in and out
@@ -423,8 +430,8 @@ class Driver:
         """Stop the trial's runs (they checkpoint; they hold their workers until they exit); with `error`, fail it."""
         for run in item.runs:
             if run.state == "running":
-                run.process.terminate()
-                self.stopping.append(run.process)
+                run.handle.terminate()
+                self.stopping.append(run.handle)
         if error is not None:
             item.trial.set_user_attr("error", error)
             _tell(self.study, item.trial, state=TrialState.FAIL)
@@ -440,7 +447,7 @@ class Driver:
     def progress(self, running: int) -> Progress:
         trials = self.study.get_trials(deepcopy=False)
         complete = [trial for trial in trials if trial.state == TrialState.COMPLETE]
-        best = max(complete, key=lambda trial: trial.value, default=None)
+        best = max(complete, key=trial_value, default=None)
         progress = Progress(complete=len(complete), running=running, limit=self.plan.trial_limit,
                             pruned=sum(trial.state == TrialState.PRUNED for trial in trials),
                             failed=sum(trial.state == TrialState.FAIL for trial in trials),
@@ -502,7 +509,7 @@ def start_run(run: SeedRun, sweep: SweepFile, spec: str, labels: dict[str, Any],
 def poll(run: SeedRun, sweep: SweepFile) -> None:
     """Update a run's state from its process and re-read its evaluations."""
     if run.state == "running":
-        code = run.process.poll()
+        code = run.handle.poll()
         if code is not None:
             run.state = "finished" if code == 0 and run_status(run.run_dir) == "finished" else "failed"
     _read_evals(run, METRICS[sweep.metric][1])
@@ -518,7 +525,8 @@ def new_reports(runs: list[SeedRun], sweep: SweepFile, reported: int) -> list[tu
 def final_returns(runs: list[SeedRun], sweep: SweepFile) -> list[float] | None:
     """Each finished run's final metric from its summary.json; None when one lacks it."""
     returns = [_summary_value(run.run_dir, METRICS[sweep.metric][0]) for run in runs]
-    return None if any(value is None for value in returns) else returns
+    found = [value for value in returns if value is not None]
+    return found if len(found) == len(returns) else None
 
 
 def _read_evals(run: SeedRun, column: str) -> None:
@@ -533,7 +541,7 @@ def _read_evals(run: SeedRun, column: str) -> None:
     run.stamp = (stat.st_size, stat.st_mtime_ns)
     every, total = run_schedule(run.run_dir)
     columns = read_metrics(path)
-    steps, values = columns.get("global_step", []), columns.get(column, [])
+    steps, values = columns.get("global_step", np.zeros(0)), columns.get(column, np.zeros(0))
     run.evals = {_grid_step(int(step), every, total): float(value)
                  for step, value in zip(steps, values) if np.isfinite(value)}
 

@@ -31,7 +31,7 @@ import difflib
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import yaml
@@ -42,6 +42,9 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiments import stats
 from rlfoundry.spec.load import SECTIONS, apply_overrides, load_config, read_yaml
 from rlfoundry.spec.schema import ExperimentConfig
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 # The trainer's numbers a sweep can maximise: the summary.json key of a run's final value, and the metrics.csv
 # column of its intermediate ones (the pruner's input).
@@ -79,7 +82,7 @@ class Parameter(StrictModel):
             if len({override_text(value) for value in self.choice}) != len(self.choice):
                 raise ValueError(f"a value is listed twice in {self.choice}")
             return self
-        low, high = self.float_ or self.int_
+        low, high = self.bounds
         if not low < high:
             raise ValueError(f"empty range [{low}, {high}]: the low end must be below the high end")
         if self.log and low <= 0:
@@ -96,7 +99,14 @@ class Parameter(StrictModel):
     @property
     def values(self) -> list[Any]:
         """The values to check against the config schema: a range's ends, every choice."""
-        return list(self.choice if self.choice is not None else self.float_ or self.int_)
+        return list(self.choice if self.choice is not None else self.bounds)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """A range's [low, high], float or int."""
+        bounds = self.float_ or self.int_
+        assert bounds is not None, "a choice has no range"
+        return bounds
 
     @property
     def labels(self) -> list[Any]:
@@ -195,7 +205,8 @@ def _model_at(loc: list[str]) -> type[StrictModel]:
     """The model whose keys sit at `loc` in the sweep file."""
     if not loc:
         return SweepFile
-    return {"parameters": Parameter, "budget": Budget, "pruner": PrunerConfig}[loc[0]]
+    models: dict[str, type[StrictModel]] = {"parameters": Parameter, "budget": Budget, "pruner": PrunerConfig}
+    return models[loc[0]]
 
 
 def base_spec(sweep: SweepFile, sweep_path: Path) -> str:
@@ -244,6 +255,7 @@ def grid_points(parameter: Parameter) -> list[Any]:
     """A parameter's values in a grid: its choices, or every step of an int range."""
     if parameter.kind == "choice":
         return parameter.labels
+    assert parameter.int_ is not None, "a grid enumerates choices and int ranges (see grid_size)"
     low, high = parameter.int_
     return list(range(low, high + 1, parameter.step or 1))
 
@@ -273,6 +285,12 @@ def override_text(value: Any) -> str:
 def overrides(sweep: SweepFile, labels: dict[str, Any]) -> list[str]:
     """The `key=value` overrides that give a run the sampled parameters."""
     return [f"{key}={override_text(sweep.parameters[key].value_of(label))}" for key, label in labels.items()]
+
+
+def trial_value(trial: FrozenTrial) -> float:
+    """A complete trial's objective value (a sweep has one objective)."""
+    assert trial.value is not None, f"trial {trial.number} has no value: it did not complete"
+    return trial.value
 
 
 def run_dir(out: Path, trial: int | str, seed: int) -> Path:

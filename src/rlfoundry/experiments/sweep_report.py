@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import yaml
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, TrialState
 
-from rlfoundry.experiments.sweep_file import METRICS, SweepFile, experiment, override_text, run_dir
+from rlfoundry.experiments.sweep_file import METRICS, SweepFile, experiment, override_text, run_dir, trial_value
 from rlfoundry.run.rundir import write_atomic
 from rlfoundry.spec.load import apply_overrides
 
@@ -33,7 +34,7 @@ def write_report(out: Path, study: optuna.Study, sweep: SweepFile, spec: str) ->
     """sweep.md, the plots and (once a trial completed) best.yaml in `out`."""
     trials = study.get_trials(deepcopy=False)
     complete = [trial for trial in trials if trial.state == TrialState.COMPLETE]
-    best = max(complete, key=lambda trial: trial.value, default=None)
+    best = max(complete, key=trial_value, default=None)
     images = _plots(out, study, len(complete))
     lines = [f"# sweep {out.name}", "", *_setting(sweep, study), ""]
     if best is not None:
@@ -184,7 +185,7 @@ def _plots(out: Path, study: optuna.Study, complete: int) -> list[str]:
     import matplotlib.pyplot as plt
     import optuna.visualization.matplotlib as plots
 
-    makers = {"history": plots.plot_optimization_history, "parallel": plots.plot_parallel_coordinate}
+    makers: dict[str, Callable[[optuna.Study], Any]] = {"history": plots.plot_optimization_history, "parallel": plots.plot_parallel_coordinate}
     written = []
     for name, make in makers.items():
         if name == "parallel" and complete < 2:

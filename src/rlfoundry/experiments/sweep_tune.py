@@ -75,7 +75,8 @@ class Search(OptunaSearch):
     def elapsed(self) -> float:
         return self._spent + time.monotonic() - self._since
 
-    def suggest(self, trial_id: str) -> dict | str | None:
+    # Ray documents Searcher.FINISHED (a str) as a return that ends the search, but annotates Optional[Dict]
+    def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
         live = len(self._live)
         if not may_start(self._plan, self._counted, self._failed, self._counted + self._failed + live, live,
                          self.elapsed()):
@@ -107,7 +108,10 @@ class SweepTrial(tune.Trainable):
     """One trial: its seeds' runs, one Tune result per evaluation step they have all reached, the last one when all
     finished (`finished: True`, with each seed's return)."""
 
-    def setup(self, config: dict, sweep: SweepFile, spec: str, out: str, share: int, cwd: str, rung: int) -> None:
+    # tune.with_parameters passes these as keywords; Trainable.setup declares only `config`
+    def setup(  # type: ignore[override]
+        self, config: dict, sweep: SweepFile, spec: str, out: str, share: int, cwd: str, rung: int,
+    ) -> None:
         self.sweep, self.out, self.reported, self.total, self.rung = sweep, Path(out), -1, 0, rung
         self.runs = seed_runs(self.out, self.trial_id, sweep)
         labels = {key: config[key] for key in sweep.parameters}
@@ -138,7 +142,7 @@ class SweepTrial(tune.Trainable):
                     raise RuntimeError(f"a run finished without {METRICS[self.sweep.metric][0]} in its summary.json")
                 return {"objective": OBJECTIVES[self.sweep.objective](returns), "step": self._total(),
                         "rungs": self._total() / self.rung, "finished": True, "returns": returns, "done": True}
-            processes.pause([run.process for run in self.runs if run.state == "running"], POLL_S)
+            processes.pause([run.handle for run in self.runs if run.state == "running"], POLL_S)
 
     def _total(self) -> float:
         """The runs' train.total_timesteps (a parameter may set it), from the first run's config.yaml."""
@@ -148,12 +152,13 @@ class SweepTrial(tune.Trainable):
 
     def cleanup(self) -> None:
         """Stopped (pruned, paused, or the sweep ends): the runs checkpoint and stop."""
-        processes.stop([run.process for run in self.runs if run.state == "running"])
+        processes.stop([run.handle for run in self.runs if run.state == "running"])
 
     def save_checkpoint(self, checkpoint_dir: str) -> dict:
         return {"reported": self.reported}  # the runs keep their own checkpoints in their run directories
 
-    def load_checkpoint(self, checkpoint: dict) -> None:
+    def load_checkpoint(self, checkpoint: dict | None) -> None:
+        assert checkpoint is not None, "Tune hands back what save_checkpoint returned, a dict"
         self.reported = checkpoint["reported"]
 
 
@@ -195,7 +200,8 @@ def _scheduler(plan: Plan):
         return ASHAScheduler(time_attr="step", max_t=total, grace_period=first_rung,
                              reduction_factor=pruner.reduction_factor or 4)
     if pruner.kind == "hyperband":
-        return HyperBandScheduler(time_attr="rungs", max_t=total / first_rung,
+        # (Ray annotates max_t an int; it computes with any positive number, here rungs of the first rung's steps)
+        return HyperBandScheduler(time_attr="rungs", max_t=total / first_rung,  # type: ignore[arg-type]
                                   reduction_factor=pruner.reduction_factor or 3)
     if pruner.kind == "median":
         return MedianStoppingRule(time_attr="step", grace_period=pruner.warmup_steps,
@@ -297,7 +303,7 @@ def _write_study(out: Path, plan: Plan, results, elapsed_s: float) -> optuna.Stu
         reports = {} if history is None or "step" not in history else {
             int(step): float(value) for step, value, done in zip(history["step"], history["objective"],
                                                                  history["finished"]) if not done}
-        attrs = {"folder": folder}
+        attrs: dict[str, Any] = {"folder": folder}
         if metrics.get("finished"):
             state, value = TrialState.COMPLETE, float(metrics["objective"])
             attrs["returns"] = list(metrics["returns"])

@@ -103,6 +103,7 @@ def rerun_config(cfg: ExperimentConfig, runs_root: Path, threads: int | None) ->
     it), `threads` instead of its thread count if given, and its files kept in `runs_root`; no W&B run (a re-run is
     a check, not an experiment to log)."""
     started = cfg.provenance
+    assert started is not None, "a run to verify has its provenance (see verify)"
     pinned = {"torch_threads": threads or started.torch_threads, "precision": started.precision,
               "compile": started.compile}
     if cfg.train.device == "auto" and started.device:
@@ -187,6 +188,7 @@ def verify(run: str | Path, steps: int | None = None, threads: int | None = None
             raise KeyboardInterrupt  # stopped by a signal before its last step: nothing to conclude
         rerun = read_metrics(rerun_dir / "metrics.csv")
         rerun_provenance = run_config(rerun_dir).provenance
+        assert rerun_provenance is not None, "the re-run wrote its provenance"
     finally:
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -178,8 +178,10 @@ def distribution_figure(episode: Episode, t: int):
         axes.set_title(f"{'π(·|o)' if label == 'probability' else 'Q(o, ·)'} at step {t}; the action taken in orange",
                        fontsize="small")
     else:
-        dims = np.arange(episode.means.shape[1])
-        axes.errorbar(dims, episode.means[t], yerr=episode.stds[t], fmt="o", capsize=4, label="mean ± std")
+        means, stds = episode.means, episode.stds
+        assert means is not None and stds is not None, "a Gaussian policy's episode records both"
+        dims = np.arange(means.shape[1])
+        axes.errorbar(dims, means[t], yerr=stds[t], fmt="o", capsize=4, label="mean ± std")
         if episode.actions.ndim == 2:
             axes.plot(dims, episode.actions[t], "x", color="tab:orange", label="action taken")
         axes.set_xticks(dims)
@@ -270,7 +272,7 @@ def build_page(inspector: Inspector, host: str = DEFAULT_HOST):
             picture = episode.frame(t)
             vector = episode.observations is not None
             rows = ([[label, number(float(x))] for label, x in zip(episode.obs_labels(), episode.observations[t])]
-                    if vector else None)
+                    if episode.observations is not None else None)
             return [f"{t} of {episode.length - 1}", gr.update(value=picture, visible=picture is not None),
                     gr.update(value=rows, visible=vector), action_text(episode.actions[t]),
                     number(at(episode.values, t)), number(float(episode.rewards[t])),

@@ -34,6 +34,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -103,7 +104,9 @@ class Episode:
             return None
         import cv2
 
-        return cv2.cvtColor(cv2.imdecode(np.frombuffer(self.frames[t], np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+        decoded = cv2.imdecode(np.frombuffer(self.frames[t], np.uint8), cv2.IMREAD_COLOR)
+        assert decoded is not None, "frames are the PNGs `png` wrote"
+        return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)
 
     def obs_labels(self) -> list[str]:
         """Labels of a vector observation's entries: obs[i], with the env's name for it where known."""
@@ -147,16 +150,19 @@ def record_episode(policy: Policy, seed: int = 0, max_steps: int = 10_000, frame
     cfg, agent = policy.cfg, policy.agent
     env_id = cfg.env.id
     render = frames and renders_frames(env_id)
-    observations, actions, rewards, outputs = [], [], [], []
+    observations: list[np.ndarray] = []
+    actions: list[np.ndarray] = []
+    rewards: list[float] = []
+    outputs: list[Outputs] = []
     pictures: list[bytes] | None = [] if render else None
     ended = False
     with offscreen():
         env = policy.make_env("rgb_array" if render else None)
         try:
             obs, _ = env.reset(seed=env_seed(seed))
-            if render:
+            if pictures is not None:
                 pictures.append(png(video_frame(env.render(), env_id)))
-            state = None
+            state: Any = None  # the agent's memory, its own
             while len(rewards) < max_steps and not ended:
                 before = state
                 action, state = policy.act(obs, state, deterministic=True)
@@ -169,7 +175,7 @@ def record_episode(policy: Policy, seed: int = 0, max_steps: int = 10_000, frame
                 obs, reward, terminated, truncated, _ = env.step(action)
                 rewards.append(float(reward))
                 ended = bool(terminated or truncated)
-                if render:
+                if pictures is not None:
                     pictures.append(png(video_frame(env.render(), env_id)))
             fps = env.metadata.get("render_fps") or DEFAULT_FPS
         finally:
@@ -260,7 +266,7 @@ def read_csv(path: str | Path, env_id: str = "", gamma: float = float("nan")) ->
     actions = column("action")
     actions = actions.astype(np.int64) if actions is not None else group("action")
     observations = group("obs")
-    fields = {name: group(prefix) for prefix, name in PER_ENTRY}
+    fields: dict[str, Any] = {name: group(prefix) for prefix, name in PER_ENTRY}  # Episode's optional arrays
     fields.update({name: column(prefix) for prefix, name in SCALARS})
     return Episode(env_id=env_id, source=path.name, seed=None, gamma=gamma,
                    observations=observations,

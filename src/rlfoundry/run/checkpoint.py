@@ -72,7 +72,8 @@ def _write_files(directory: Path, step: int, checkpoint: Checkpoint) -> None:
     agent = io.BytesIO()  # torch.save into a file turns a failed write (a full disk) into an anonymous RuntimeError
     torch.save(checkpoint.agent, agent)
     _write_file(directory / "agent.pt", agent.getvalue())
-    _write_file(directory / "arrays.npz", lambda f: np.savez(f, **checkpoint.arrays))
+    # (numpy's stub takes the keyword arrays for its allow_pickle flag)
+    _write_file(directory / "arrays.npz", lambda f: np.savez(f, **checkpoint.arrays))  # type: ignore[arg-type]
     state = {"format": FORMAT, "version": VERSION, "step": step, **checkpoint.state}
     _write_file(directory / "state.json", json.dumps(state, indent=2, allow_nan=True).encode())
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -29,11 +30,11 @@ ITERATIONS = 10  # iterations in a debug run's default budget, after any learnin
 def debug_config(cfg: ExperimentConfig, budget_given: bool) -> ExperimentConfig:
     """`cfg` in debug mode: debug checks and a profile on, and, unless `budget_given`, a budget of ITERATIONS
     iterations (plus the algorithm's learning_starts), never more than the configured one."""
-    train = {"debug": True, "profile": True}
+    train: dict[str, Any] = {"debug": True, "profile": True}
     if not budget_given:
         algo = cfg.algo
         # env steps per iteration: on-policy rollouts of num_steps, off-policy iterations of train_freq, per env
-        per_env = getattr(algo, "num_steps", None) or getattr(algo, "train_freq", 1)
+        per_env: int = getattr(algo, "num_steps", 0) or getattr(algo, "train_freq", 1)
         budget = getattr(algo, "learning_starts", 0) + ITERATIONS * per_env * cfg.env.num_envs
         train["total_timesteps"] = min(cfg.train.total_timesteps, budget)
     return cfg.model_copy(update={"train": cfg.train.model_copy(update=train)})
@@ -47,14 +48,16 @@ def in_process(cfg: ExperimentConfig) -> tuple[ExperimentConfig, str | None]:
     """Under a debugger: `cfg` with its envs stepped in this process, and a line saying what changed (else None)."""
     if not under_debugger():
         return cfg, None
-    changes, update = [], {}
+    changes: list[str] = []
+    update: dict[str, Any] = {}
     # a family's own choice stays: Retro's one emulator per process, Brax's batched env (already in this process)
     if cfg.env.vectorization in ("auto", "async") and family_vectorization(cfg.env.id) is None:
         update["env"] = cfg.env.model_copy(update={"vectorization": "sync"})
         changes.append(f"env.vectorization {cfg.env.vectorization} -> sync")
-    if getattr(cfg.algo, "async_actors", 0):
+    actors = getattr(cfg.algo, "async_actors", 0)  # only some algorithms' sections have it
+    if actors:
         update["algo"] = cfg.algo.model_copy(update={"async_actors": 0})
-        changes.append(f"algo.async_actors {cfg.algo.async_actors} -> 0")
+        changes.append(f"algo.async_actors {actors} -> 0")
     if not changes:
         return cfg, None
     return cfg.model_copy(update=update), "under a debugger, the envs step in this process: " + ", ".join(changes)

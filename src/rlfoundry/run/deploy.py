@@ -33,6 +33,12 @@ class Normalize(nn.Module):
     """The policy's observation normalisation: running statistics (float64, then clipped), the static rescaling of
     the space's bounds, or nothing."""
 
+    # buffers, registered by kind: running (mean, std) or static (gradient, intercept)
+    mean: torch.Tensor
+    std: torch.Tensor
+    gradient: torch.Tensor
+    intercept: torch.Tensor
+
     def __init__(self, policy: Policy):
         super().__init__()
         env_cfg, self.kind = policy.cfg.env, "none"

@@ -173,21 +173,25 @@ def saved_ranks(state: dict[str, Any], arrays: dict[str, np.ndarray], world: int
 # ---------------------------------------------------------------- the exchange of every iteration
 
 
-def share_setup(group: Group, setup: dict[str, Any] | None = None, states: list | None = None) -> tuple[dict, Any]:
+def share_setup(group: Group, setup: dict[str, Any] | None = None,
+                states: list | None = None) -> tuple[dict[str, Any], Any]:
     """Rank 0 sends every rank the run's setup (resolved config, vectorization, agent state, step, observation
     statistics) and each its own saved state (None for a new run); the others receive theirs."""
     box = [setup]
     dist.broadcast_object_list(box, src=0)
     mine: list = [None]
     dist.scatter_object_list(mine, [None, *(states or [None] * (group.world - 1))] if group.main else None, src=0)
-    return box[0], mine[0]
+    received = box[0]
+    assert received is not None, "rank 0 sends a setup"
+    return received, mine[0]
 
 
 def running_statistics(envs) -> list:
     """The running mean and variance objects of the envs' observation and return normalisation (those present)."""
     observations = envs_lib.find_wrapper(envs, vw.NormalizeObservation)
     returns = envs_lib.find_wrapper(envs, vw.NormalizeReward)
-    return [*([observations.obs_rms] if observations else []), *([returns.return_rms] if returns else [])]
+    return [*([observations.obs_rms] if isinstance(observations, vw.NormalizeObservation) else []),
+            *([returns.return_rms] if isinstance(returns, vw.NormalizeReward) else [])]
 
 
 class Decision(NamedTuple):
@@ -211,9 +215,9 @@ class Lockstep:
         the first stop signal any rank got."""
         self._merge_statistics()
         mine = (result.steps, result.episode_returns, result.episode_lengths, stop_signal)
-        gathered = [None] * self.group.world if self.group.main else None
+        gathered: list[Any] | None = [None] * self.group.world if self.group.main else None
         dist.gather_object(mine, gathered, dst=0)
-        if not self.group.main:
+        if gathered is None:  # (a rank other than 0)
             return result, stop_signal
         returns = [r for _, rank_returns, _, _ in gathered for r in rank_returns]
         lengths = [n for _, _, rank_lengths, _ in gathered for n in rank_lengths]
@@ -225,7 +229,9 @@ class Lockstep:
         """Rank 0's decision, on every rank."""
         box = [decision]
         dist.broadcast_object_list(box, src=0)
-        return box[0]
+        decided = box[0]
+        assert decided is not None, "rank 0 sends its decision"
+        return decided
 
     def gather(self, state, parameters: torch.Tensor) -> list:
         """At a checkpoint: every rank's state at rank 0 (ranks 1 … N-1, in order; [] elsewhere), after checking
@@ -233,9 +239,9 @@ class Lockstep:
         gap = ranks.differing(parameters)
         if gap != 0.0:
             raise RuntimeError(f"the ranks' parameters differ by up to {gap:.3g}: they no longer learn in lockstep")
-        gathered = [None] * self.group.world if self.group.main else None
+        gathered: list[Any] | None = [None] * self.group.world if self.group.main else None
         dist.gather_object(state, gathered, dst=0)
-        return gathered[1:] if self.group.main else []
+        return gathered[1:] if gathered is not None else []
 
     def _merge_statistics(self) -> None:
         """Every rank's running mean and variance (observation and return normalisation) become those of all the
@@ -266,7 +272,9 @@ def follow(group: Group) -> None:
     """A rank other than 0: receive the run from rank 0, then iterate in lockstep with it until it says stop."""
     setup, saved = share_setup(group)
     cfg: ExperimentConfig = setup["cfg"]
-    seed_everything(rank_seed(cfg.train.seed, group.rank), cfg.train.torch_threads)
+    threads = cfg.train.torch_threads
+    assert isinstance(threads, int), "rank 0 shares its resolved config"
+    seed_everything(rank_seed(cfg.train.seed, group.rank), threads)
     device = resolve_device(cfg.train.device)  # on CUDA: this rank's GPU, the current device since `join`
     env_cfg = cfg.env.model_copy(update={"vectorization": setup["vectorization"]})
     envs, spec = envs_lib.make(env_cfg, gamma=getattr(cfg.algo, "gamma", 0.99), check_finite=cfg.train.debug,
@@ -276,7 +284,8 @@ def follow(group: Group) -> None:
         if saved is None:
             agent.load_state_dict(setup["agent"])  # rank 0's initial parameters
         else:
-            restore_process(agent, envs, setup["agent"], *saved, setup["obs_stats"])
+            values, arrays = saved  # this rank's checkpointed state
+            restore_process(agent, envs, setup["agent"], values, arrays, setup["obs_stats"])
         lockstep = Lockstep(group, running_statistics(envs))
         step, total = setup["step"], cfg.train.total_timesteps
         with contextlib.ExitStack() as checking:

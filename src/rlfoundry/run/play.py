@@ -61,7 +61,10 @@ def play(policy: Policy, episodes: int, render: str, seed: int, video_dir: Path 
         env = policy.make_env(render_mode=mode)
         try:
             for i in range(episodes):
-                path = None if render != "video" else Path(video_dir) / f"play_step{policy.step}_ep{i}.mp4"
+                path = None
+                if render == "video":
+                    assert video_dir is not None, "render video writes into video_dir"
+                    path = Path(video_dir) / f"play_step{policy.step}_ep{i}.mp4"
                 result = _episode(policy, env, render, seed + i, path, deterministic, max_steps)
                 result["episode"] = i
                 results.append(result)

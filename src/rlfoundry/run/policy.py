@@ -75,14 +75,16 @@ class Policy:
         return obs
 
     @cached_property
-    def observation_space(self) -> gym.spaces.Box:
+    def observation_space(self) -> gym.spaces.Space:
         """The space of the observations `act` takes: the env's, after `mask_obs`, before normalisation."""
         return envs_lib.probe_spaces(self.cfg.env.id, envs_lib.make_kwargs(self.cfg.env), self.cfg.env)[0]
 
     @cached_property
     def _rescale(self):
         """Gymnasium's own map of the space's bounds to [-1, 1], as `RescaleObservation` applies it."""
-        return rescale_box(self.observation_space, np.float32(-1.0), np.float32(1.0))[1]
+        space = self.observation_space
+        assert isinstance(space, gym.spaces.Box), "normalize_obs static rescales a Box's bounds"
+        return rescale_box(space, np.float32(-1.0), np.float32(1.0))[1]
 
     def rescale_terms(self) -> tuple[np.ndarray, np.ndarray]:
         """(gradient, intercept) of the static rescaling `gradient * obs + intercept`: the very arrays Gymnasium's
@@ -143,7 +145,7 @@ def build(cfg: ExperimentConfig, weights: dict[str, torch.Tensor], obs_stats, st
     weights do not fit the config's networks)."""
     from rlfoundry.algos import Runtime, algorithm
 
-    precision = cfg.train.precision
+    precision: str = cfg.train.precision
     if precision == "auto":  # what this machine runs natively, as a new run here would
         precision, _ = hardware.resolve_precision("auto", torch.device(device), cfg.network, hardware.detect())
     train = cfg.train.model_copy(update={"precision": precision, "compile": False})

@@ -104,6 +104,7 @@ class IterationProfiler:
 
     def _finish(self, step: int) -> None:
         seconds = time.perf_counter() - self.started
+        assert self.profiler is not None, "profile window finished before it started"
         with _quiet_native_stderr():
             self.profiler.__exit__(None, None, None)
         self.done = True
@@ -143,6 +144,7 @@ class IterationProfiler:
         ]
         for name, what, part_seconds in self.split(seconds):
             lines.append(f"| {name} | {what} | {part_seconds:.3f} | {part_seconds / seconds:.0%} |")
+        assert self.profiler is not None, "profile written before it was recorded"
         events = sorted((e for e in self.profiler.key_averages() if e.key != RANGE),
                         key=lambda e: e.self_cpu_time_total, reverse=True)
         total = sum(e.self_cpu_time_total for e in events) or 1.0

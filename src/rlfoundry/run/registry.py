@@ -413,7 +413,8 @@ class Registry:
         if column not in COLUMNS:
             raise ConfigError(f"unknown sort key {sort!r}; available: {', '.join(COLUMNS)} "
                               f"(or {', '.join(sorted(SORT_ALIASES))})")
-        where, params = [], []
+        where: list[str] = []
+        params: list[str | int] = []
         for key, value in filters.items():
             if key == "env":
                 where.append("instr(lower(env_id), lower(?)) > 0")
@@ -450,9 +451,9 @@ def select_for_clean(records: list[RunRecord], keep_best: int, keep_recent_days:
         groups.setdefault((record.env_id, record.algo, record.variant), []).append(record)
     best: set[int] = set()
     for members in groups.values():
-        ranked = sorted((r for r in members if r.best_eval_return is not None),
-                        key=lambda r: (-r.best_eval_return, r.id))
-        best.update(r.id for r in ranked[:keep_best])
+        scored = [(r.best_eval_return, r) for r in members if r.best_eval_return is not None]
+        ranked = sorted(scored, key=lambda pair: (-pair[0], pair[1].id))
+        best.update(r.id for _, r in ranked[:keep_best])
     chosen = []
     for record in records:
         if record.status == "running" or record.id in best:

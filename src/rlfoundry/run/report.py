@@ -281,9 +281,15 @@ def _solved_line(summary: dict[str, Any], config: dict[str, Any]) -> str:
     return f"**Not solved**: threshold {_fmt(threshold)}{cited}{best_text}."
 
 
+def _section(config: dict[str, Any], key: str) -> dict[str, Any]:
+    """The config's `key` section, or {} where it is missing or not a mapping."""
+    value = config.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def render_markdown(summary: dict[str, Any], config: dict[str, Any], metrics: dict[str, np.ndarray],
                     image: str) -> str:
-    env = config.get("env") if isinstance(config.get("env"), dict) else {}
+    env = _section(config, "env")
     env_id = summary.get("env_id") or env.get("id") or "?"
     variant = summary.get("variant") or config.get("variant") or "?"
     lines = [f"# {env_id} · {variant} · seed {_fmt(summary.get('seed'))}", "",
@@ -298,7 +304,7 @@ def render_markdown(summary: dict[str, Any], config: dict[str, Any], metrics: di
 
     if config:
         lines += ["## Configuration", ""]
-        train = config.get("train") if isinstance(config.get("train"), dict) else {}
+        train = _section(config, "train")
         settings = [("env.id", env.get("id")), ("env.num_envs", env.get("num_envs"))]
         settings += [(f"train.{key}", train.get(key)) for key in ("total_timesteps", "seed", "device") if key in train]
         for section in ("algo", "network"):
@@ -308,7 +314,7 @@ def render_markdown(summary: dict[str, Any], config: dict[str, Any], metrics: di
         lines += _table(settings, ("setting", "value"))
         lines.append("")
 
-    provenance = config.get("provenance") if isinstance(config.get("provenance"), dict) else {}
+    provenance = _section(config, "provenance")
     versions = summary.get("versions") or provenance.get("versions") or {}
     lines += ["## Provenance", ""]
     commit = provenance.get("git_commit")

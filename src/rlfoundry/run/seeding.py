@@ -33,6 +33,7 @@ def resolve_device(name: str) -> torch.device:
 def rng_state() -> tuple[dict[str, Any], dict[str, np.ndarray], torch.Tensor]:
     """Python's, NumPy's and torch's global RNG states, for a checkpoint: (JSON values, NumPy arrays, torch's)."""
     np_state = np.random.get_state()
+    assert isinstance(np_state, tuple)  # the legacy global generator is an MT19937: its state is the tuple form
     py_version, py_internal, py_gauss = random.getstate()
     values = {"numpy_rng": {"pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
               "python_rng": {"version": py_version, "internal": list(py_internal), "gauss": py_gauss}}

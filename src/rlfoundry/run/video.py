@@ -17,7 +17,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,10 @@ from rlfoundry import envs as envs_lib
 from rlfoundry.algos.base import Memory
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import atari, check_renders, env_seed
+
+if TYPE_CHECKING:
+    from gymnasium.vector import VectorEnv
+    from imageio.core.format import Format
 
 DEFAULT_FPS = 30
 
@@ -55,7 +59,7 @@ class Mp4:
     def __init__(self, path: Path, fps: float):
         self.path, self.fps, self.frames = Path(path), fps, 0
         self.tmp = self.path.with_name(f".tmp-{self.path.stem}-{os.getpid()}.mp4")  # ffmpeg reads the suffix
-        self.writer = None
+        self.writer: Format.Writer | None = None
 
     def __enter__(self) -> Mp4:
         import imageio.v2 as imageio  # imports ffmpeg plumbing: only when a video is written
@@ -66,18 +70,22 @@ class Mp4:
                                          ffmpeg_log_level="error")
         return self
 
+    def _open(self) -> Format.Writer:
+        assert self.writer is not None, "Mp4 is written inside its `with` block"
+        return self.writer
+
     def append(self, frame: np.ndarray) -> None:
-        self.writer.append_data(frame)
+        self._open().append_data(frame)
         self.frames += 1
 
     def __exit__(self, kind, value, traceback) -> None:
         try:
             if kind is None:
-                self.writer.close()
+                self._open().close()
                 os.replace(self.tmp, self.path)
             else:
                 with contextlib.suppress(Exception):
-                    self.writer.close()
+                    self._open().close()
         finally:
             self.tmp.unlink(missing_ok=True)
 
@@ -95,6 +103,13 @@ def offscreen() -> Iterator[None]:
         yield
     finally:
         os.environ.pop("SDL_VIDEODRIVER", None)
+
+
+def _first_frame(envs: VectorEnv) -> Any:
+    """The first env's rendered frame (`video_frame` checks it)."""
+    frames = envs.render()
+    assert frames is not None, "a vector env made with render_mode rgb_array renders"
+    return frames[0]
 
 
 def record_video(agent, env_cfg, obs_stats: tuple[np.ndarray, np.ndarray, float] | None, path: Path, seed: int,
@@ -119,7 +134,7 @@ def record_video(agent, env_cfg, obs_stats: tuple[np.ndarray, np.ndarray, float]
             if obs_stats is not None:
                 envs_lib.set_obs_stats(envs, *obs_stats)
             obs, _ = envs.reset(seed=env_seed(seed))
-            first = video_frame(envs.render()[0], env_cfg.id)
+            first = video_frame(_first_frame(envs), env_cfg.id)
             with Mp4(path, fps or envs.metadata.get("render_fps") or DEFAULT_FPS) as video:
                 video.append(first)
                 length, total, complete = 0, 0.0, False
@@ -129,7 +144,7 @@ def record_video(agent, env_cfg, obs_stats: tuple[np.ndarray, np.ndarray, float]
                     memory.ended(terminated | truncated)
                     length += 1
                     total += float(reward[0])
-                    video.append(video_frame(envs.render()[0], env_cfg.id))
+                    video.append(video_frame(_first_frame(envs), env_cfg.id))
                     ended = terminated[0] or truncated[0]
                     if atari.is_atari(env_cfg.id):  # the game, not the learner's episode (one life)
                         ended = "_episode" in info and info["_episode"][0]

@@ -11,10 +11,11 @@ It sits above the algorithms because the `algo` section is the config class each
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
+from rlfoundry.algos.base import AlgorithmConfig
 from rlfoundry.algos.registry import algorithms, known_monitor_keys
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.sections import (
@@ -29,19 +30,25 @@ from rlfoundry.config.sections import (
 )
 
 # One entry per registered algorithm; the `name` key of the `algo` section picks the class.
-ALGO_CONFIGS: dict[str, type[StrictModel]] = {name: cls.config for name, cls in algorithms().items()}
+ALGO_CONFIGS: dict[str, type[AlgorithmConfig]] = {name: cls.config for name, cls in algorithms().items()}
 
 
 def _algo_name(value: Any) -> str | None:
     return value.get("name", "ppo") if isinstance(value, dict) else getattr(value, "name", None)
 
 
-# The `algo` section is the config of the algorithm its `name` picks (a callable discriminator, because
-# StrictModel's field checks run before validation, which pydantic's inferred discriminators do not allow).
-AlgoConfig = Annotated[
-    Union[tuple(Annotated[cls, Tag(name)] for name, cls in ALGO_CONFIGS.items())],  # noqa: UP007
-    Discriminator(_algo_name),
-]
+if TYPE_CHECKING:
+    # The checker cannot see the union built at import time below: to it, the section is some algorithm's config,
+    # with the `name` field each one declares (as Literal[its name]).
+    class AlgoConfig(AlgorithmConfig):
+        name: str
+else:
+    # The `algo` section is the config of the algorithm its `name` picks (a callable discriminator, because
+    # StrictModel's field checks run before validation, which pydantic's inferred discriminators do not allow).
+    AlgoConfig = Annotated[
+        Union[tuple(Annotated[cls, Tag(name)] for name, cls in ALGO_CONFIGS.items())],  # noqa: UP007
+        Discriminator(_algo_name),
+    ]
 
 
 class ExperimentConfig(StrictModel):
