@@ -27,9 +27,11 @@ demo: $(STAMP)
 
 # One test worker per usable core (CPU affinity, cgroup quota); `make test WORKERS=0` runs them in one process.
 CORES = $$($(PY) -c 'from rlfoundry.config.cores import usable_cores; print(usable_cores())')
-# Lint (ruff: pyflakes, pycodestyle, import order, pyupgrade, bugbear, complexity ≤ 15; settings in pyproject.toml).
+# Lint and types (ruff: pyflakes, pycodestyle, import order, pyupgrade, bugbear, complexity ≤ 15; mypy on the
+# package; settings in pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
 
 test: lint
 	$(PY) -m pytest -q -n $(or $(WORKERS),$(CORES)) --dist loadgroup

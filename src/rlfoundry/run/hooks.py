@@ -181,12 +181,12 @@ class MonitorAlerts(Callback):
     that starts is one warning, on the console and in run.log; one that ends is a line in run.log."""
 
     def on_start(self, ctx: Context) -> None:
-        ctx.monitors = Monitors(ctx.cfg.logging.monitors, ctx.cfg.algo.name, ctx.spec.discrete)
+        self.monitors = ctx.monitors = Monitors(ctx.cfg.logging.monitors, ctx.cfg.algo.name, ctx.spec.discrete)
         if ctx.resume is not None:
-            ctx.monitors.load_state_dict(ctx.resume.state.get("monitors"))
+            self.monitors.load_state_dict(ctx.resume.state.get("monitors"))
 
     def on_iteration(self, ctx: Context, row: dict[str, Any]) -> None:
-        row[ALERTS], lines = ctx.monitors.observe(ctx.step, row)
+        row[ALERTS], lines = self.monitors.observe(ctx.step, row)
         for level, line in lines:
             if level == "warning":
                 ctx.log.warning(line)
@@ -195,7 +195,7 @@ class MonitorAlerts(Callback):
                 ctx.log.info(line)
 
     def on_end(self, ctx: Context) -> None:
-        for key in ctx.monitors.never_seen():
+        for key in self.monitors.never_seen():
             if key in ctx.cfg.logging.monitors.metrics:  # asked for in the config, but this run does not log it
                 ctx.log.warning("monitor: no iteration reported %s, so its monitor watched nothing", key)
 
@@ -368,10 +368,10 @@ class InLockstep(Callback):
         setup = {"cfg": self.run_cfg, "vectorization": ctx.spec.vectorization, "step": ctx.step,
                  "agent": distributed.detached(shared), "obs_stats": envs_lib.obs_stats(ctx.envs)}
         distributed.share_setup(self.group, setup, states)
-        ctx.lockstep = distributed.Lockstep(self.group, distributed.running_statistics(ctx.envs))
+        self.lockstep = ctx.lockstep = distributed.Lockstep(self.group, distributed.running_statistics(ctx.envs))
 
     def on_result(self, ctx: Context, result: Iteration) -> Iteration:
-        result, signalled = ctx.lockstep.report(result, ctx.signal.name)
+        result, signalled = self.lockstep.report(result, ctx.signal.name)
         ctx.signal.name = ctx.signal.name or signalled
         return result
 

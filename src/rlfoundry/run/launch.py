@@ -48,9 +48,10 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
         if not isinstance(callback, Callback):
             raise ConfigError(f"callbacks: {callback!r} is not a rlfoundry.Callback")
     group = distributed.torchrun_group()
-    if nproc is not None and (nproc < 1 or (group is not None and nproc != group.world)):
-        raise ConfigError(f"--nproc {nproc}: " + ("must be at least 1" if nproc < 1 else
-                          f"torchrun started {group.world} processes; leave out --nproc under torchrun"))
+    if nproc is not None and nproc < 1:
+        raise ConfigError(f"--nproc {nproc}: must be at least 1")
+    if nproc is not None and group is not None and nproc != group.world:
+        raise ConfigError(f"--nproc {nproc}: torchrun started {group.world} processes; leave out --nproc under torchrun")
     if group is not None and not group.main:  # everything comes from rank 0
         distributed.join(group)
         try:

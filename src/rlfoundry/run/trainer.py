@@ -242,13 +242,15 @@ class Trainer:
         else:
             then = (f"the checkpoint of step {saved:,} is intact: free some space, then "
                     f"`rlfoundry train --resume {self.run_dir}`")
-        return f"disk full while writing {exc.filename}; {then}"
+        return f"disk full while writing {getattr(exc, 'filename', None)}; {then}"
 
     def _build(self) -> Built:
         """Seeding, then the envs and the agent, before the run directory exists: an agent that cannot take the env
         (a ConfigError) leaves nothing behind."""
         cfg, run_cfg = self.cfg, self.run_cfg
-        seed_everything(cfg.train.seed, run_cfg.train.torch_threads)
+        threads = run_cfg.train.torch_threads
+        assert threads != "auto", "resolved in __init__"
+        seed_everything(cfg.train.seed, threads)
         env_cfg = run_cfg.env
         if self.resume is not None and cfg.provenance is not None and env_cfg.vectorization == "auto":
             # the vectorization the run chose, not a new measurement: the saved env state is for it
@@ -387,6 +389,7 @@ class Trainer:
         """A stop signal cut the evaluation short: the checkpoint holds the iteration's row and the random state from
         before the evaluation, and a resumed run evaluates this step again before its next iteration."""
         p = ctx.progress
+        assert ctx.row is not None, "the row of the iteration whose evaluation was stopped"
         p.pending_row = _plain(ctx.row)
         p.wall_time = time.perf_counter() - ctx.start
         self.summary.update(total_steps=p.global_step, wall_time_s=p.wall_time)
