@@ -27,9 +27,9 @@ import torch
 from rlfoundry.algos import Runtime
 from rlfoundry.algos.dreamer import Dreamer
 from rlfoundry.config.cores import usable_cores
-from rlfoundry.envs import EnvSpec
+from rlfoundry.envs import EnvInfo
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run.hardware import machine
-from rlfoundry.spec.load import load_config
 
 KINDS = {
     "vector": (gym.spaces.Box(-np.inf, np.inf, (17,), np.float32), gym.spaces.Box(-1.0, 1.0, (6,), np.float32)),
@@ -40,7 +40,7 @@ KINDS = {
 def build(size: str, kind: str, device: torch.device) -> Dreamer:
     cfg = load_config("MountainCarContinuous-v0:dreamer", [f"algo.size={size}", "train.total_timesteps=100000"])
     obs_space, action_space = KINDS[kind]
-    spec = EnvSpec(id=f"{kind}-stand-in", num_envs=1, observation_space=obs_space, action_space=action_space,
+    spec = EnvInfo(id=f"{kind}-stand-in", num_envs=1, observation_space=obs_space, action_space=action_space,
                    vectorization="sync")
     agent = Dreamer(cfg, spec, Runtime.of(cfg.train, device))
     rng = np.random.default_rng(0)

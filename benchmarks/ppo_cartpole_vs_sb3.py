@@ -41,7 +41,7 @@ def run_rlfoundry(seed: int, steps: int, threads: str | int, solve: bool, tmp: P
     from rich.console import Console
 
     import rlfoundry
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     overrides = [
         f"train.seed={seed}", "train.device=cpu", rlfoundry_threads(threads), f"train.total_timesteps={steps}",

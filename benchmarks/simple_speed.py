@@ -237,8 +237,8 @@ class RandomFrames(nn.Module):
 def ppo_update_seconds(frame: tuple[int, int, int], threads: int, precision: str, seconds: float) -> float:
     """Seconds of PPO's own work (acting + learning, not the simulator) per update of SimPLe's PPO in the model."""
     from rlfoundry.algos.ppo import PPO
-    from rlfoundry.envs import EnvSpec
-    from rlfoundry.spec.schema import ExperimentConfig
+    from rlfoundry.envs import EnvInfo
+    from rlfoundry.experiment.schema import ExperimentConfig
 
     env = simulated_env(RandomFrames(frame), frame)
     cfg = ExperimentConfig.model_validate({
@@ -247,7 +247,7 @@ def ppo_update_seconds(frame: tuple[int, int, int], threads: int, precision: str
         "network": {"encoder": "nature_cnn", "hidden_sizes": [512], "shared": True, "ortho_init": True},
         "train": {"precision": precision, "compile": False, "torch_threads": threads},
     })
-    spec = EnvSpec(f"simulated {ENV_ID}", SIM_ENVS, env.single_observation_space, env.single_action_space,
+    spec = EnvInfo(f"simulated {ENV_ID}", SIM_ENVS, env.single_observation_space, env.single_action_space,
                    "simulated")
     agent = PPO(cfg, spec, Runtime.of(cfg.train))
     agent.collector = RolloutCollector(env, spec, ROLLOUT, torch.device("cpu"), seed=0)

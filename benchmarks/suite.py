@@ -26,13 +26,13 @@ import numpy as np
 import yaml
 
 from rlfoundry.config.cores import usable_cores
-from rlfoundry.experiments import stats
-from rlfoundry.experiments.processes import sigterm_interrupts
-from rlfoundry.experiments.results import read_run
-from rlfoundry.experiments.trials import plan, run_trials
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run.hardware import detect, machine
 from rlfoundry.run.rundir import run_status, versions
-from rlfoundry.spec.load import load_config
+from rlfoundry.studies import stats
+from rlfoundry.studies.processes import sigterm_interrupts
+from rlfoundry.studies.results import read_run
+from rlfoundry.studies.trials import plan, run_trials
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # <suite name>/<spec>/s<seed>/: the finished runs' KEPT files
@@ -95,7 +95,7 @@ Every row of `benchmarks/{suite}` trained with its preset's settings and budget,
 `rlfoundry trials` set (`python benchmarks/suite.py{options}`; the same command again continues it, `--report-only`
 rewrites this page).{extra} The score of a run is its final evaluation return (the trainer's deterministic evaluation); over a row's
 seeds, the interquartile mean (IQM) and the mean, each with a 95% stratified bootstrap interval (Agarwal et al.
-2021; `experiments/stats.py`; with 3 seeds the IQM is the mean). Unless the suite's `overrides` say otherwise
+2021; `studies/stats.py`; with 3 seeds the IQM is the mean). Unless the suite's `overrides` say otherwise
 (`eval.stop_at_threshold=false`), runs stop once their evaluation reaches the preset's `solved` threshold, as the
 presets do by default, so a solved row's runs can end before its budget, below an anchor that lies above the
 threshold. The anchor is the published figure the

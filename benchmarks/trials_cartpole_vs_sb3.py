@@ -28,8 +28,8 @@ from pathlib import Path
 from common import DEFAULTS, sb3_missing, workers_parser
 from ppo_cartpole_vs_sb3 import run_rlfoundry, run_sb3
 
-from rlfoundry.experiments.trials import run_trials
 from rlfoundry.run.hardware import machine
+from rlfoundry.studies.trials import run_trials
 
 SPEC = "CartPole-v1:ppo"
 

@@ -7,7 +7,7 @@ import yaml
 from typer.testing import CliRunner
 
 from rlfoundry.cli import app
-from rlfoundry.spec.load import load_presets
+from rlfoundry.experiment.load import load_presets
 
 
 def presets(*args: str, columns: int = 80):

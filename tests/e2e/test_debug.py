@@ -16,8 +16,8 @@ from rlfoundry.algos import ppo
 from rlfoundry.algos.optim import FlatOptimizer, debug_checks
 from rlfoundry.cli import app
 from rlfoundry.envs.wrappers import FiniteCheck
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run import debug
-from rlfoundry.spec.load import load_config
 
 
 def test_debug_run_is_small_verbose_and_records_norms_and_a_profile(tmp_path, quiet):

@@ -19,8 +19,8 @@ from safetensors.torch import load_file
 import rlfoundry
 from rlfoundry.algos import ranks
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run import distributed
-from rlfoundry.spec.load import load_config
 
 
 def test_two_ranks_learn_in_lockstep_and_write_one_run(tmp_path, quiet):

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from rlfoundry.experiment.load import load_presets
 from rlfoundry.run.smoke import smoke
-from rlfoundry.spec.load import load_presets
 
 CASES = [(env_id, variant) for env_id, preset in sorted(load_presets().items()) for variant in preset.variants]
 

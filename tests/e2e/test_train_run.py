@@ -15,8 +15,8 @@ import yaml
 
 import rlfoundry
 from rlfoundry.algos import Runtime
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run.trainer import SUMMARY_KEYS
-from rlfoundry.spec.load import load_config
 from tests.conftest import is_timing
 
 CLI = [sys.executable, "-m", "rlfoundry.cli"]
@@ -139,7 +139,7 @@ def test_bf16_mixed_precision_trains_and_keeps_fp32_rollouts(tmp_path, quiet):
 
     from rlfoundry.algos.ppo import PPO
     from rlfoundry.envs import make
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     cfg = load_config("MiniGrid-Empty-5x5-v0:ppo", [*quiet, "train.precision=bf16", "env.num_envs=2", "algo.num_steps=16",
                                                       "algo.minibatch_size=0.5"])

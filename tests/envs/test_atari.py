@@ -386,7 +386,7 @@ def test_atari_section_on_another_id_is_an_error():
 
 
 def test_atari_options_load_from_overrides():
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     cfg = load_config("ALE/Breakout-v5:ppo", ["env.atari.frame_stack=2", "env.atari.episodic_life=false"])
     assert cfg.env.atari.frame_stack == 2 and cfg.env.atari.episodic_life is False
@@ -417,7 +417,7 @@ def test_bad_img_size_is_an_error_naming_the_key(img_size):
 
     from pydantic import ValidationError
 
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     with pytest.raises(ValidationError, match="img_size"):
         AtariConfig(img_size=img_size)
@@ -427,9 +427,9 @@ def test_bad_img_size_is_an_error_naming_the_key(img_size):
 
 def test_non_square_img_size_round_trips_through_the_run_config(tmp_path):
     """A run writes its resolved config as YAML (lists, no tuples) and a resume reads it back: the same config."""
+    from rlfoundry.experiment.load import load_config
     from rlfoundry.run.restore import run_config
     from rlfoundry.run.rundir import write_yaml
-    from rlfoundry.spec.load import load_config
 
     cfg = load_config("ALE/Breakout-v5:ppo", ["env.atari.img_size=[105, 80]", "env.atari.grayscale=false"])
     assert cfg.env.atari.img_size == (105, 80)

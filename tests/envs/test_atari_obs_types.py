@@ -299,7 +299,7 @@ def test_missing_ocatari_names_the_extra(monkeypatch):
 
 
 def test_obs_type_loads_from_overrides():
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     cfg = load_config("ALE/Pong-v5:ppo", ["env.atari.obs_type=ram", "network.encoder=mlp"])
     assert cfg.env.atari.obs_type == "ram" and cfg.env.atari.backend == "single"

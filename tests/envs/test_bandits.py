@@ -10,7 +10,7 @@ from gymnasium import spaces
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import make, register_optional_families
 from rlfoundry.envs.bandits import BANDITS, BERNOULLI10_MEANS, GAUSSIAN10_MEANS, BanditEnv
-from rlfoundry.spec.load import load_config
+from rlfoundry.experiment.load import load_config
 
 register_optional_families()
 

@@ -15,7 +15,7 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import make, probe_spaces
 from rlfoundry.envs.wrappers import images_channel_first, is_channel_last
-from rlfoundry.spec.load import load_config
+from rlfoundry.experiment.load import load_config
 
 ID = "rlfoundry-test/CartPoleFrames-v0"
 

@@ -87,11 +87,12 @@ def test_a_family_whose_package_is_missing_names_its_extra(tmp_path, monkeypatch
     """An optional family's module that cannot import its package: one ConfigError naming the pip extra."""
     from rlfoundry import envs
     from rlfoundry.config.errors import ConfigError
+    from rlfoundry.envs import factory
 
     (tmp_path / "fake_family.py").write_text("import a_package_that_is_not_installed\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     fake = envs.Family("Fake", "fake/", "fake_family", "fake-extra")
-    monkeypatch.setattr(envs, "FAMILIES", (*envs.FAMILIES, fake))
+    monkeypatch.setattr(factory, "FAMILIES", (*envs.FAMILIES, fake))
     with pytest.raises(ConfigError, match=r"fake/thing-v0.*a_package_that_is_not_installed.*rlfoundry\[fake-extra\]"):
         envs.make(EnvConfig(id="fake/thing-v0"))
     assert envs.load_family("CartPole-v1") is None

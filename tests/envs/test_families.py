@@ -9,11 +9,11 @@ from gymnasium import spaces
 from gymnasium.wrappers import vector as vw
 from rollouts import rollout  # tests/envs/rollouts.py
 
-from rlfoundry import envs as envs_module
 from rlfoundry.config import cores as cores_module
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import EnvSpec, copy_obs_stats, find_wrapper, make
+from rlfoundry.envs import EnvInfo, copy_obs_stats, find_wrapper, make
+from rlfoundry.envs import factory as envs_module
 
 NUM_ENVS = 2
 STEPS = 50
@@ -50,7 +50,7 @@ def build(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("env_id", "vectorization", "discrete"), FAMILIES, ids=[f"{e}-{v}" for e, v, _ in FAMILIES])
 def test_family_step_contract(build, env_id, vectorization, discrete):
     envs, spec = build(env_id, vectorization=vectorization)
-    assert isinstance(spec, EnvSpec)
+    assert isinstance(spec, EnvInfo)
     assert spec.id == env_id and spec.num_envs == NUM_ENVS == envs.num_envs
     if vectorization != "auto":
         assert spec.vectorization == vectorization

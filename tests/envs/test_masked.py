@@ -12,7 +12,7 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import find_wrapper, make, probe_spaces
 from rlfoundry.envs.wrappers import MaskObservation
-from rlfoundry.spec.load import load_config
+from rlfoundry.experiment.load import load_config
 
 
 @pytest.fixture

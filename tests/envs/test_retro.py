@@ -245,8 +245,8 @@ def test_two_envs_run_in_worker_processes_with_episode_statistics():
 @needs_retro
 def test_auto_runs_even_one_env_in_a_worker_process_and_a_debugger_keeps_it_there(monkeypatch):
     from rlfoundry.envs import choose_vectorization
+    from rlfoundry.experiment.load import load_config
     from rlfoundry.run import debug
-    from rlfoundry.spec.load import load_config
 
     assert choose_vectorization(EnvConfig(id=AIRSTRIKER, num_envs=1), 1) == "async"
     monkeypatch.setattr(debug, "under_debugger", lambda: True)
@@ -256,7 +256,7 @@ def test_auto_runs_even_one_env_in_a_worker_process_and_a_debugger_keeps_it_ther
 
 @needs_retro
 def test_sync_vectorization_is_a_config_error():
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     with pytest.raises(ConfigError, match="env.vectorization = sync: stable-retro runs one emulator per process"):
         load_config(f"{AIRSTRIKER}:ppo", ["env.vectorization=sync", "env.num_envs=1"])

@@ -204,7 +204,7 @@ def test_a_freedoom_map_builds_with_discrete_buttons():
 ])
 def test_bad_frames_options_are_config_errors(env_id, override, key):
     """ViZDoom's and Retro's `env.vizdoom` / `env.retro` (one FramesConfig) and each other's section."""
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(f"{env_id}:ppo", [override])

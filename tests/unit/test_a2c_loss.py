@@ -6,7 +6,7 @@ import torch
 from rlfoundry.algos.a2c import A2CConfig, a2c_loss
 from rlfoundry.algos.ppo import PPOConfig
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.spec.load import load_config
+from rlfoundry.experiment.load import load_config
 
 
 def test_a2c_loss_by_hand():

@@ -11,9 +11,9 @@ from rlfoundry.algos import Runtime
 from rlfoundry.algos.ppo import PPO
 from rlfoundry.buffers.rollout import Minibatch
 from rlfoundry.envs import make
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run import hardware
 from rlfoundry.run.trainer import Trainer
-from rlfoundry.spec.load import load_config
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.spec.load import load_config, load_presets, preset_layers, validate
-from rlfoundry.spec.schema import ExperimentConfig
+from rlfoundry.experiment.load import load_config, load_presets, preset_layers, validate
+from rlfoundry.experiment.schema import ExperimentConfig
 
 PRESET_VARIANTS = [(env_id, variant) for env_id, preset in load_presets().items() for variant in preset.variants]
 
@@ -458,7 +458,7 @@ def test_a_variant_can_extend_another(tmp_path):
 @pytest.mark.parametrize("extends, problem", [("nope", "extends an unknown variant 'nope'"),
                                               ("b", "extends in a cycle")])
 def test_bad_extends_is_a_config_error(tmp_path, monkeypatch, extends, problem):
-    from rlfoundry.spec import load
+    from rlfoundry.experiment import load
 
     (tmp_path / "Acrobot-v1.yaml").write_text(yaml.safe_dump({
         "env": {"id": "Acrobot-v1"},
@@ -479,7 +479,7 @@ def test_any_ale_game_gets_simples_real_env_without_a_preset():
 
 
 def test_small_frames_get_a_cnn_that_fits_them():
-    from rlfoundry.spec.load import generic_layers
+    from rlfoundry.experiment.load import generic_layers
 
     assert generic_layers("rlfoundry/Catch-v0", "ppo")["network"]["encoder"] == "impala_cnn"  # 20x16: too small
     assert generic_layers("ALE/Pong-v5", "ppo")["network"]["encoder"] == "nature_cnn"
@@ -502,8 +502,8 @@ def test_generic_defaults_see_the_env_options(tmp_path):
 def test_the_mlp_scales_bytes_as_the_cnns_scale_frames():
     import torch
 
+    from rlfoundry.experiment.schema import NetworkConfig
     from rlfoundry.nets.encoders import MLPEncoder
-    from rlfoundry.spec.schema import NetworkConfig
 
     encoder = MLPEncoder((3,), NetworkConfig(hidden_sizes=[4]), groups=1)
     raw = torch.tensor([[0, 128, 255]], dtype=torch.uint8)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlfoundry.algos.dqn import dqn_loss
-from rlfoundry.envs import EnvSpec
+from rlfoundry.envs import EnvInfo
 from rlfoundry.nets.flat import flatten_parameters
 from rlfoundry.nets.policy import QNetwork
 
@@ -21,8 +21,8 @@ def test_weighted_huber_loss_by_hand():
     assert stats["diag/q_mean"].item() == pytest.approx(1.5)
 
 
-def spec(num_actions: int = 3) -> EnvSpec:
-    return EnvSpec("test", 1, gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(num_actions), "sync")
+def spec(num_actions: int = 3) -> EnvInfo:
+    return EnvInfo("test", 1, gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(num_actions), "sync")
 
 
 NET = SimpleNamespace(encoder="mlp", core="identity", hidden_sizes=[16], activation="relu", ortho_init=True)

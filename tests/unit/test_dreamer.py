@@ -9,7 +9,7 @@ import torch
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos import Runtime
 from rlfoundry.algos.dreamer import Dreamer, DreamerConfig
-from rlfoundry.spec.load import load_config
+from rlfoundry.experiment.load import load_config
 
 TINY = ["algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.model.rssm.blocks=4", "algo.model.units=32",
         "algo.units=32", "algo.batch_size=4", "algo.batch_length=8"]

@@ -17,10 +17,10 @@ PACKAGE = ROOT / "src" / "rlfoundry"
 # (`rlfoundry/__init__.py`, the `rlfoundry.train` facade), which sits with the CLI at the top.
 LAYERS: list[tuple[str, ...]] = [
     ("", "cli"),
-    ("experiments", "bench", "hub", "inspect"),
+    ("studies", "bench", "hub", "inspect"),
     ("run",),
     ("sinks",),
-    ("spec",),
+    ("experiment",),
     ("algos",),
     ("world_models",),
     ("buffers", "nets"),

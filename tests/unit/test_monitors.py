@@ -16,9 +16,9 @@ from rlfoundry.algos import algorithms
 from rlfoundry.algos.registry import known_monitor_keys
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import MonitorsConfig
+from rlfoundry.experiment.load import load_config, validate
 from rlfoundry.run.monitors import ALERTS, Monitors
 from rlfoundry.sinks.console import sparkline
-from rlfoundry.spec.load import load_config, validate
 
 # (algorithm, metric): a healthy level and a level out of the default bounds
 STREAMS = {

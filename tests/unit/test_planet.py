@@ -9,7 +9,7 @@ from rlfoundry.algos import Runtime
 from rlfoundry.algos.planet import PlaNet, PlaNetConfig
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import PixelsConfig
-from rlfoundry.spec.load import load_config
+from rlfoundry.experiment.load import load_config
 from rlfoundry.world_models import vision
 
 

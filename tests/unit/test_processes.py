@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rlfoundry.experiments import processes
+from rlfoundry.studies import processes
 
 
 @pytest.mark.skipif(processes._preloading_context() is None, reason="no forkserver on this platform")

@@ -25,9 +25,9 @@ from rlfoundry.buffers.rollout import (
     to_sequences,
 )
 from rlfoundry.envs import make
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run import checkpoint
 from rlfoundry.run.evaluate import evaluate
-from rlfoundry.spec.load import load_config
 
 CORES = ["lstm", "gru", "trxl", "gtrxl", "mamba", "mamba2"]
 

@@ -15,7 +15,7 @@ from rlfoundry.algos.sac import (
     sac_critic_loss,
     sac_soft_value,
 )
-from rlfoundry.envs import EnvSpec
+from rlfoundry.envs import EnvInfo
 from rlfoundry.nets.policy import (
     CategoricalActor,
     SquashedGaussianActor,
@@ -23,7 +23,7 @@ from rlfoundry.nets.policy import (
     TwinQDiscrete,
 )
 
-SPEC = EnvSpec("test", 1, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2.0, 1.0, (2,), np.float32), "sync")
+SPEC = EnvInfo("test", 1, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2.0, 1.0, (2,), np.float32), "sync")
 NET = SimpleNamespace(encoder="mlp", core="identity", hidden_sizes=[32, 32], activation="relu", ortho_init=False)
 
 
@@ -66,7 +66,7 @@ def test_twin_critics_are_independent_and_pass_gradients_to_the_actions():
 
 # ---------------------------------------------------------------- discrete actions (Christodoulou 2019)
 
-DISCRETE = EnvSpec("test", 1, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2), "sync")
+DISCRETE = EnvInfo("test", 1, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2), "sync")
 
 
 def test_discrete_losses_by_hand():
@@ -111,10 +111,10 @@ def test_categorical_actor_and_discrete_twin_critics():
 
 def test_discrete_sac_agent_learns_one_step(tmp_path):
     from rlfoundry.algos.sac import SAC
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     cfg = load_config("CartPole-v1:sac", ["algo.learning_starts=0", "algo.batch_size=8", "train.device=cpu"])
-    spec = EnvSpec("CartPole-v1", 1, gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2), "sync")
+    spec = EnvInfo("CartPole-v1", 1, gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2), "sync")
     agent = SAC(cfg, spec, Runtime.of(cfg.train))
     assert agent.target_entropy == pytest.approx(cfg.algo.target_entropy_scale * np.log(2))
     envs = gym.make_vec("CartPole-v1", 1, vectorization_mode="sync",

@@ -14,7 +14,7 @@ from rlfoundry.algos import Runtime
 from rlfoundry.algos.simple import Simple, SimpleConfig, ppo_multiplier
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import make
-from rlfoundry.spec.schema import ExperimentConfig
+from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.world_models.training import Adafactor, input_noise, scheduled_sampling_probability
 
 TINY_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps": 1, "bottleneck_bits": 8,

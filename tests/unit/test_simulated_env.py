@@ -121,8 +121,8 @@ def test_bad_restarts_are_refused():
 
 def test_a_ppo_iteration_runs_on_it_without_host_copies():
     from rlfoundry.algos.ppo import PPO
-    from rlfoundry.envs import EnvSpec
-    from rlfoundry.spec.schema import ExperimentConfig
+    from rlfoundry.envs import EnvInfo
+    from rlfoundry.experiment.schema import ExperimentConfig
 
     env, _ = _env()
     cfg = ExperimentConfig.model_validate({
@@ -130,7 +130,7 @@ def test_a_ppo_iteration_runs_on_it_without_host_copies():
         "algo": {"name": "ppo", "num_steps": LENGTH, "minibatch_size": 10, "update_epochs": 2, "lr": 1e-4},
         "network": {"encoder": "impala_cnn", "hidden_sizes": [32], "shared": True},
     })
-    spec = EnvSpec("simulated", ENVS, env.single_observation_space, env.single_action_space, "simulated")
+    spec = EnvInfo("simulated", ENVS, env.single_observation_space, env.single_action_space, "simulated")
     agent = PPO(cfg, spec, Runtime.of(cfg.train))
     agent.collector = RolloutCollector(env, spec, LENGTH, torch.device("cpu"), seed=0)
     assert agent.collector.on_device and isinstance(agent.collector.rewards, torch.Tensor)

@@ -1,4 +1,4 @@
-"""experiments/stats.py: against hand computations, against rliable (the reference implementation of Agarwal et
+"""studies/stats.py: against hand computations, against rliable (the reference implementation of Agarwal et
 al. 2021), and the bootstrap intervals' coverage on data whose truth is known."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from rlfoundry.experiments import stats
+from rlfoundry.studies import stats
 
 # Two tasks, four runs each. Worked by hand:
 #   mean   = mean of the task means = (2.5 + 25) / 2 = 13.75

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from rlfoundry.cli import app
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.experiments.sweep import _grid_step, _pruner, _record, prepare
-from rlfoundry.experiments.sweep_file import OBJECTIVES, experiment, override_text, overrides, read_sweep
-from rlfoundry.spec.load import load_config, parse_override
+from rlfoundry.experiment.load import load_config, parse_override
+from rlfoundry.studies.sweep import _grid_step, _pruner, _record, prepare
+from rlfoundry.studies.sweep_file import OBJECTIVES, experiment, override_text, overrides, read_sweep
 
 GOOD = """\
 base: CartPole-v1:ppo
@@ -81,7 +81,7 @@ def test_cmaes_searches_the_sweeps_space_and_closes_in_on_the_best(tmp_path):
     import numpy as np
     import optuna
 
-    from rlfoundry.experiments.sweep import distributions, sampler
+    from rlfoundry.studies.sweep import distributions, sampler
 
     text = GOOD.replace("method: tpe", "method: cmaes").replace("  algo.num_steps: {choice: [32, 64]}\n",
                                                                  "  algo.gamma: {float: [0.9, 0.999]}\n")
@@ -186,8 +186,8 @@ def test_pruners_have_rungs_in_env_steps(tmp_path, pruner, name, first_rung):
 def test_the_report_of_a_study_names_the_best_trial_its_importances_and_every_trial(tmp_path):
     import optuna
 
-    from rlfoundry.experiments.sweep import distributions
-    from rlfoundry.experiments.sweep_report import write_report
+    from rlfoundry.studies.sweep import distributions
+    from rlfoundry.studies.sweep_report import write_report
 
     sweep = read_sweep(sweep_file(tmp_path, GOOD.replace("budget: {trials: 4}", "budget: {trials: 12}\n"
                                                          "seeds_per_trial: 2")))

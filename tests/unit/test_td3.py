@@ -10,10 +10,10 @@ import torch
 
 from rlfoundry.algos import Runtime
 from rlfoundry.algos.td3 import DDPG, TD3, DeterministicActor, smoothed_targets, td3_actor_loss, td3_critic_loss
-from rlfoundry.envs import EnvSpec
-from rlfoundry.spec.load import load_config
+from rlfoundry.envs import EnvInfo
+from rlfoundry.experiment.load import load_config
 
-SPEC = EnvSpec("test", 1, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2.0, 1.0, (2,), np.float32), "sync")
+SPEC = EnvInfo("test", 1, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2.0, 1.0, (2,), np.float32), "sync")
 NET = SimpleNamespace(encoder="mlp", core="identity", hidden_sizes=[32, 32], activation="relu", ortho_init=False)
 
 
@@ -44,7 +44,7 @@ def test_the_deterministic_actor_stays_in_bounds():
 def agent(name: str, overrides: list[str] = ()):
     cfg = load_config(f"Pendulum-v1:{name}", ["algo.learning_starts=0", "algo.batch_size=8", "train.device=cpu",
                                              *overrides])
-    spec = EnvSpec("Pendulum-v1", 1, gym.spaces.Box(-8, 8, (3,), np.float32),
+    spec = EnvInfo("Pendulum-v1", 1, gym.spaces.Box(-8, 8, (3,), np.float32),
                    gym.spaces.Box(-2.0, 2.0, (1,), np.float32), "sync")
     return (TD3 if name == "td3" else DDPG)(cfg, spec, Runtime.of(cfg.train))
 

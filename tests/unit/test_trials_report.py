@@ -1,4 +1,4 @@
-"""experiments/results.py: reading run directories and writing the report of a set of runs, on synthetic run
+"""studies/results.py: reading run directories and writing the report of a set of runs, on synthetic run
 directories shaped like the trainer's (summary.json, config.yaml, metrics.csv with evaluation cells only on the
 rows where an evaluation happened, run.log)."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from rlfoundry.experiments import stats
-from rlfoundry.experiments.results import RunResult, read_run, write_report
+from rlfoundry.studies import stats
+from rlfoundry.studies.results import RunResult, read_run, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 THRESHOLDS = {"CartPole-v1": 475.0, "LunarLander-v3": 200.0, "Pendulum-v1": -250.0, "Custom-v0": None}

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 import rlfoundry
 from rlfoundry.cli import app
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run.launch import _with_sweep
 from rlfoundry.sinks.wandb import ID_FILE, sweep_overrides
-from rlfoundry.spec.load import load_config
 
 wandb = pytest.importorskip("wandb")
 workspaces = pytest.importorskip("wandb_workspaces.workspaces")

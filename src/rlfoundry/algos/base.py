@@ -101,7 +101,7 @@ class Agent(ABC):
     """One iteration = collect some experience, then learn from it.
 
     A concrete algorithm sets `name` and `config`; the other class-level facts have defaults that fit most. Built as
-    `Algo(cfg, spec, runtime)`: the run's resolved config, the env's `EnvSpec`, and the `Runtime`.
+    `Algo(cfg, spec, runtime)`: the run's resolved config, the env's `EnvInfo`, and the `Runtime`.
     """
 
     name: ClassVar[str]  # algo.name in configs and ENV_ID:ALGO specs

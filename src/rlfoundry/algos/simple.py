@@ -50,7 +50,7 @@ from rlfoundry.algos.ppo import PPO, PPOConfig
 from rlfoundry.buffers.frames import FrameReplay
 from rlfoundry.buffers.rollout import RolloutCollector
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.envs import EnvSpec
+from rlfoundry.envs import EnvInfo
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import GreedyActorCritic
 from rlfoundry.world_models.next_frame import NextFrameConfig, NextFramePredictor
@@ -156,7 +156,7 @@ class Simple(Agent):
                 "algo.first_epoch_multiplier=1", "algo.rollout_length=5", "algo.reward_steps=2", "algo.sim_envs=2",
                 "algo.ppo_updates=1", "algo.ppo.num_steps=4", "algo.ppo.minibatch_size=4"], 256
 
-    def __init__(self, cfg, spec: EnvSpec, runtime: Runtime):
+    def __init__(self, cfg, spec: EnvInfo, runtime: Runtime):
         algo: SimpleConfig = cfg.algo
         if not spec.discrete or len(spec.obs_shape) != 3 or spec.obs_dtype != np.uint8 \
                 or spec.obs_shape[0] % algo.frame_stack:
@@ -191,7 +191,7 @@ class Simple(Agent):
         sim_cfg = cfg.model_copy(update={"algo": algo.ppo, "env": cfg.env.model_copy(update={"num_envs": algo.sim_envs})})
         self.sim = SimulatedEnv(self.model, self._restarts, algo.sim_envs, algo.ppo.num_steps, algo.add_value,
                                 algo.sim_temperature)
-        self.sim_spec = EnvSpec(f"simulated {spec.id}", algo.sim_envs, self.sim.single_observation_space,
+        self.sim_spec = EnvInfo(f"simulated {spec.id}", algo.sim_envs, self.sim.single_observation_space,
                                 self.sim.single_action_space, "simulated")
         self.ppo = PPO(sim_cfg, self.sim_spec, runtime)
         self.policy = self.ppo.policy

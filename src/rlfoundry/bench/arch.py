@@ -46,7 +46,7 @@ def default_spec(env: str) -> str:
     """ENV_ID or ENV_ID:VARIANT; without a variant, the preset's `ppo-masked` (the POMDP) when it has one."""
     if ":" in env:
         return env
-    from rlfoundry.spec.load import load_presets
+    from rlfoundry.experiment.load import load_presets
 
     preset = load_presets().get(env)
     return f"{env}:ppo-masked" if preset is not None and "ppo-masked" in preset.variants else f"{env}:ppo"
@@ -93,7 +93,7 @@ def _run_one(spec: str, overrides: list[str], run_dir: str, result_path: str) ->
 def run_arch(spec: str, cores: list[str], seeds: int, steps: int, out: Path, overrides: list[str] | None = None,
              log=print) -> list[dict[str, Any]]:
     """Train every core for `seeds` seeds and write arch.csv, arch.md and arch.png into `out`; returns the rows."""
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     for core in cores:  # bad settings fail here, before any run starts
         load_config(spec, [*(overrides or []), f"network.core={CORE_NAMES[core]}"])

@@ -14,7 +14,7 @@ def bench_env(env_id: str, num_envs: int | None, steps: int, seed: int = 0, over
     """Step the vector env of `env_id` (its preset's env settings, else the defaults) with uniformly random
     actions; `steps` counts vector steps. Returns env steps/s over all envs, after a short warm-up."""
     from rlfoundry.envs import make
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     env_cfg = load_config(env_id, overrides).env
     if num_envs:  # not an override: the preset's algorithm settings may not fit another env count

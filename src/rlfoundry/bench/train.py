@@ -19,8 +19,8 @@ def bench_train(spec: str, overrides: list[str] | None, steps: int, seed: int = 
     directory; returns steps/s and where the time went (env, act, learn)."""
     from rich.console import Console
 
+    from rlfoundry.experiment.load import load_config
     from rlfoundry.run.launch import train
-    from rlfoundry.spec.load import load_config
 
     with tempfile.TemporaryDirectory(prefix="rlfoundry_bench_") as tmp:
         extra = list(overrides or []) + [

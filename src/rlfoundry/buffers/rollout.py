@@ -28,7 +28,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
-from rlfoundry.envs import EnvSpec, env_seed
+from rlfoundry.envs import EnvInfo, env_seed
 
 
 def discounted_scan(x: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
@@ -107,7 +107,7 @@ class RolloutCollector:
     recurrent policy, its memory.
     """
 
-    def __init__(self, envs: VectorEnv, spec: EnvSpec, num_steps: int, device: torch.device, seed: int,
+    def __init__(self, envs: VectorEnv, spec: EnvInfo, num_steps: int, device: torch.device, seed: int,
                  resume: dict[str, np.ndarray] | None = None, sequence_length: int | None = None):
         """`resume` (what `state()` returned) continues from restored envs instead of resetting them.
         `sequence_length` (recurrent policies only) is the chunk length whose starting memory is kept."""
@@ -139,7 +139,7 @@ class RolloutCollector:
         if spec.discrete:
             self.low = self.high = None
         else:
-            assert isinstance(spec.action_space, spaces.Box)  # not Discrete: a Box (EnvSpec.action_space)
+            assert isinstance(spec.action_space, spaces.Box)  # not Discrete: a Box (EnvInfo.action_space)
             self.low, self.high = spec.action_space.low, spec.action_space.high
             if self.on_device:
                 self.low, self.high = (torch.as_tensor(bound, device=device) for bound in (self.low, self.high))

@@ -1,6 +1,6 @@
 """The `rlfoundry` command: one module per verb, each parsing its options and printing its results.
 
-What a verb computes lives below the CLI (`rlfoundry.run`, `rlfoundry.bench`, `rlfoundry.spec`), so the same
+What a verb computes lives below the CLI (`rlfoundry.run`, `rlfoundry.bench`, `rlfoundry.experiment`), so the same
 work is reachable from Python; `rlfoundry.cli.common` holds the consoles and the one way a command fails.
 """
 

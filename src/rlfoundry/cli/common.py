@@ -47,7 +47,7 @@ def warn(message: str) -> None:
 def running_many(bar, out_dir: Path) -> Iterator[None]:
     """How a command that runs many runs (`trials`, `sweep`) ends: bad input exits 2; Ctrl-C or SIGTERM, after the
     runs saved their checkpoints, says how to continue and exits 130; the progress bar stops either way."""
-    from rlfoundry.experiments.processes import sigterm_interrupts
+    from rlfoundry.studies.processes import sigterm_interrupts
 
     try:
         with sigterm_interrupts():

@@ -24,7 +24,7 @@ def presets(
                         "pass/fail line each with the reason (exit 1 if any fails).")] = False,
 ) -> None:
     """List presets, one line each (env id, solved-at threshold, variants); or show one preset in full."""
-    from rlfoundry.spec.load import load_presets, preset_layers
+    from rlfoundry.experiment.load import load_presets, preset_layers
 
     if smoke:
         _smoke(query or "")
@@ -99,7 +99,7 @@ def _fit(names: list[str], width: int) -> str:
 def _show(preset) -> None:
     """The preset's file and threshold with its source, and a line per variant; a variant with its own threshold
     gets a footnote with that threshold's source."""
-    from rlfoundry.spec.load import preset_layers
+    from rlfoundry.experiment.load import preset_layers
 
     console = out()
     solved = preset.solved or {}

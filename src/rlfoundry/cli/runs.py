@@ -19,9 +19,9 @@ from rich.table import Table
 
 from rlfoundry.cli.common import err, fail, out, warn
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.export import COMPARE_FIELDS, FORMATS, NUMERIC, TABLE_COLUMNS, cell, plot_curves, render
 from rlfoundry.run.registry import Registry, RegistryError, RegistryWarning, RunRecord, remove_runs, select_for_clean
 from rlfoundry.run.rundir import write_atomic
+from rlfoundry.run.tables import COMPARE_FIELDS, FORMATS, NUMERIC, TABLE_COLUMNS, cell, plot_curves, render
 
 runs_app = typer.Typer(
     add_completion=False,
@@ -259,8 +259,8 @@ def verify_run(
     Exit 0 when every non-timing column of every row repeats exactly, 1 at the first difference (named, with the
     provenance fields that differ: versions, commit, CPU, threads), 2 on bad input.
     """
-    from rlfoundry.experiments.verify import verify
     from rlfoundry.run.trainer import RunFailed
+    from rlfoundry.studies.verify import verify
 
     try:
         result = verify(run, steps, threads, keep, runs_root, console=err())

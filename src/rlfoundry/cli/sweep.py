@@ -29,7 +29,7 @@ def sweep(
     """Search hyperparameters with Optuna (grid, random, TPE, CMA-ES), pruning bad trials from their evaluations;
     writes sweep.md, plots and best.yaml. Run it again with the same --out to continue after a stop or a crash."""
     try:
-        from rlfoundry.experiments.sweep import default_out, prepare, run_sweep
+        from rlfoundry.studies.sweep import default_out, prepare, run_sweep
     except ModuleNotFoundError as exc:
         if exc.name != "optuna":
             raise

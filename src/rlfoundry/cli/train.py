@@ -66,7 +66,7 @@ def train(
 def _seed_list(spec, seeds: str, overrides: list[str], run_dir, resume, debug, profile, nproc) -> None:
     """`train SPEC --seed 1,2,3`: the same as `rlfoundry trials SPEC --seeds 1,2,3`."""
     from rlfoundry.cli.trials import run_set
-    from rlfoundry.experiments.trials import parse_seeds
+    from rlfoundry.studies.trials import parse_seeds
 
     clashing = [name for name, value in (("--run-dir", run_dir), ("--resume", resume), ("--debug", debug),
                                          ("--profile", profile), ("--nproc", nproc)) if value]

@@ -24,7 +24,7 @@ def trials(
 ) -> None:
     """Train every SPEC with every seed, several runs at once, then write trials.md, trials.csv and plots (IQM and
     bootstrap confidence intervals). Run it again with the same --out to continue after a stop or a crash."""
-    from rlfoundry.experiments.trials import parse_seeds
+    from rlfoundry.studies.trials import parse_seeds
 
     specs = [item for item in items if "=" not in item]
     overrides = [item for item in items if "=" in item]
@@ -40,7 +40,7 @@ def trials(
 def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: str | None,
             workers: int | None, backend: str = "local", address: str | None = None) -> None:
     """Run the set with one progress display, then print where its report is; `train --seed 1,2,3` comes here too."""
-    from rlfoundry.experiments.trials import default_out, run_trials
+    from rlfoundry.studies.trials import default_out, run_trials
 
     try:
         path = Path(out_dir) if out_dir else default_out(specs, overrides)

@@ -1,7 +1,7 @@
 """The config sections below the algorithms: env, network, train, eval, checkpoint, logging, solved, provenance.
 
 Plain data: each section is a closed pydantic model with its defaults. The experiment config that
-assembles them with the algorithm's own section lives above the algorithms, in `rlfoundry.spec.schema`.
+assembles them with the algorithm's own section lives above the algorithms, in `rlfoundry.experiment.schema`.
 """
 
 from __future__ import annotations

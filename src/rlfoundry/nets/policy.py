@@ -9,7 +9,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlfoundry.envs import EnvSpec
+from rlfoundry.envs import EnvInfo
 from rlfoundry.nets.cores import CORES, Core
 from rlfoundry.nets.encoders import ENCODERS
 from rlfoundry.nets.heads import LOG_SQRT_2PI, CategoricalHead, GaussianHead, ValueHead
@@ -44,7 +44,7 @@ class ActorCritic(nn.Module):
     memory after the last step.
     """
 
-    def __init__(self, spec: EnvSpec, net_cfg):
+    def __init__(self, spec: EnvInfo, net_cfg):
         super().__init__()
         groups = 1 if net_cfg.shared else 2
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, groups)
@@ -118,7 +118,7 @@ class ActorCritic(nn.Module):
         return self.pi.log_prob(dist, actions), self.pi.entropy(dist), self.v(critic)
 
 
-def build_actor_critic(spec: EnvSpec, net_cfg) -> ActorCritic:
+def build_actor_critic(spec: EnvInfo, net_cfg) -> ActorCritic:
     return ActorCritic(spec, net_cfg)
 
 
@@ -126,7 +126,7 @@ class QNetwork(nn.Module):
     """encoder → Q-values [N, A] (feed-forward: DQN takes no memory core); with `dueling`, Q = V + (A − mean A)
     from two linear streams (Wang et al. 2016, arXiv:1511.06581)."""
 
-    def __init__(self, spec: EnvSpec, net_cfg, dueling: bool):
+    def __init__(self, spec: EnvInfo, net_cfg, dueling: bool):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
         width, num_actions = self.encoder.out_features, int(_discrete(spec.action_space).n)
@@ -151,7 +151,7 @@ class SquashedGaussianActor(nn.Module):
     scale: torch.Tensor  # buffers, registered in __init__
     offset: torch.Tensor
 
-    def __init__(self, spec: EnvSpec, net_cfg):
+    def __init__(self, spec: EnvInfo, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
         action_space = _box(spec.action_space)
@@ -186,7 +186,7 @@ class TwinQ(nn.Module):
     """`critics` Q(s, a) networks over [obs, action] (two: the twin critics of TD3 and SAC; one: DDPG's), evaluated
     as one stacked MLP (the encoder's groups): [C, N]."""
 
-    def __init__(self, spec: EnvSpec, net_cfg, critics: int = 2):
+    def __init__(self, spec: EnvInfo, net_cfg, critics: int = 2):
         super().__init__()
         in_features = math.prod(spec.obs_shape) + int(_box(spec.action_space).shape[0])
         self.encoder = ENCODERS["mlp"]((in_features,), net_cfg, critics)
@@ -201,7 +201,7 @@ class CategoricalActor(nn.Module):
     """encoder → log π(·|s) [N, A] over a Discrete action space: the actor of discrete SAC (Christodoulou
     2019, arXiv:1910.07207), whose losses take the expectation over all actions. Feed-forward, as TwinQ."""
 
-    def __init__(self, spec: EnvSpec, net_cfg):
+    def __init__(self, spec: EnvInfo, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
         self.pi = CategoricalHead(self.encoder.out_features, int(_discrete(spec.action_space).n), net_cfg.ortho_init)
@@ -215,7 +215,7 @@ class TwinQDiscrete(nn.Module):
     """Two Q(s, ·) networks giving the values of every action, evaluated as one stacked network (the
     encoder's groups, then one batched linear layer): [2, N, A]. The discrete counterpart of TwinQ."""
 
-    def __init__(self, spec: EnvSpec, net_cfg):
+    def __init__(self, spec: EnvInfo, net_cfg):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 2)
         self.weight, self.bias = twin_linear(self.encoder.out_features, int(_discrete(spec.action_space).n))
@@ -235,7 +235,7 @@ class GreedyActorCritic(nn.Module):
     low: torch.Tensor  # buffers, registered in __init__ for a Box action space
     high: torch.Tensor
 
-    def __init__(self, net: ActorCritic, spec: EnvSpec):
+    def __init__(self, net: ActorCritic, spec: EnvInfo):
         super().__init__()
         self.net, self.discrete = net, spec.discrete
         initial = net.initial_state(1)  # None: feed-forward

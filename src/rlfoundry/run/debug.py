@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from rlfoundry.envs import family_vectorization
-from rlfoundry.spec.schema import ExperimentConfig
+from rlfoundry.experiment.schema import ExperimentConfig
 
 ITERATIONS = 10  # iterations in a debug run's default budget, after any learning_starts
 

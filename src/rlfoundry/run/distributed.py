@@ -39,8 +39,8 @@ from rlfoundry.algos.base import Iteration
 from rlfoundry.algos.optim import debug_checks
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import state as envs_state
+from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.run.seeding import resolve_device, rng_state, seed_everything, set_rng_state
-from rlfoundry.spec.schema import ExperimentConfig
 
 TIMEOUT = timedelta(hours=1)  # a rank waits this long for the others (rank 0 evaluating, saving a checkpoint)
 PER_PROCESS = "collector"  # the part of an agent's state that differs between ranks

@@ -1,137 +1,120 @@
-"""Recorded runs for people: the table columns and cells of `rlfoundry runs`, the csv / markdown / LaTeX exports,
-and the overlaid return curves of `runs compare`."""
+"""A trained policy's deterministic actor as a standalone file: ONNX or TorchScript (`rlfoundry export`).
+
+The exported module takes the env's own observations (what `Policy.make_env()` gives, as `Policy.act` does) and
+returns the actions `Policy.act(obs, deterministic=True)` returns: the run's frozen observation normalisation is
+folded in (computed in float64 and clipped, as Gymnasium's NormalizeObservation and rlfoundry's clip do it), then the
+network, then the greedy action (argmax) or the Gaussian mean clipped to the action bounds, or the squashed mean
+scaled to them (SAC). Memory cores take their state as explicit inputs and return the new state:
+
+    actions, *state = module(obs, *state)   # state: STATE_NAMES, zeros at an episode's start (their shapes are in
+                                            # the ONNX inputs; batch size B)
+
+The graph runs in float32 whatever precision the run trained in. Latent-model agents (DreamerV3, PlaNet) plan or
+filter with their world model at every step and are not exported.
+"""
 
 from __future__ import annotations
 
-import csv
-import io
-import os
-import tempfile
-from datetime import datetime
-from pathlib import Path
-from typing import Any
+import copy
+import warnings
 
+import numpy as np
+import torch
+from torch import nn
+
+from rlfoundry.algos import Agent, algorithms
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.registry import COLUMNS, RunRecord
+from rlfoundry.run.policy import EPSILON, Policy
 
-FORMATS = ("csv", "markdown", "latex")
-# The columns of tables meant for people (list, markdown, latex); csv export has every column.
-TABLE_COLUMNS = {
-    "id": "id", "env_id": "env", "algo": "algo", "variant": "variant", "seed": "seed", "status": "status",
-    "total_steps": "steps", "sps": "steps/s", "train_return_mean": "train return", "eval_return_mean": "eval return",
-    "eval_return_std": "eval std", "best_eval_return": "best eval", "solved_at_step": "solved at",
-}
-COMPARE_FIELDS = ("env_id", "algo", "variant", "seed", "status", "total_steps", "wall_time_s", "sps",
-                  "train_return_mean", "eval_return_mean", "eval_return_std", "best_eval_return", "solved_at_step",
-                  "config_hash", "git_commit", "started_at")
-CURVES = ("eval/return_mean", "train/return_mean")
-NUMERIC = {"id", "seed", "total_steps", "wall_time_s", "sps", "train_return_mean", "eval_return_mean",
-           "eval_return_std", "best_eval_return", "solved_at_step"}
+FORMATS = ("onnx", "torchscript")
 
 
-def cell(name: str, value: Any) -> str:
-    """One cell of a table for people: "-" for unknown, thousands separators, local times to the minute."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    if name in ("total_steps", "solved_at_step"):
-        return f"{value:,}"
-    if name in ("started_at", "ended_at", "recorded_at"):
-        try:
-            return datetime.fromisoformat(value).astimezone().strftime("%Y-%m-%d %H:%M")
-        except ValueError:
-            return str(value)
-    return str(value)
+class Normalize(nn.Module):
+    """The policy's observation normalisation: running statistics (float64, then clipped), the static rescaling of
+    the space's bounds, or nothing."""
+
+    # buffers, registered by kind: running (mean, std) or static (gradient, intercept)
+    mean: torch.Tensor
+    std: torch.Tensor
+    gradient: torch.Tensor
+    intercept: torch.Tensor
+
+    def __init__(self, policy: Policy):
+        super().__init__()
+        env_cfg, self.kind = policy.cfg.env, "none"
+        if env_cfg.normalize_obs == "static":
+            gradient, intercept = policy.rescale_terms()
+            self.kind = "static"
+            self.register_buffer("gradient", torch.as_tensor(gradient))
+            self.register_buffer("intercept", torch.as_tensor(intercept))
+        elif env_cfg.normalize_obs and policy.obs_stats is not None:
+            mean, var, _ = policy.obs_stats
+            self.kind, self.clip = "running", float(env_cfg.clip_obs)
+            self.register_buffer("mean", torch.as_tensor(np.asarray(mean, dtype=np.float64)))
+            self.register_buffer("std", torch.as_tensor(np.sqrt(np.asarray(var, dtype=np.float64) + EPSILON)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.kind == "running":
+            return ((obs.double() - self.mean) / self.std).float().clamp(-self.clip, self.clip)
+        if self.kind == "static":
+            return self.gradient * obs + self.intercept
+        return obs
 
 
-def _read_curves(run_dir: Path) -> dict[str, tuple[list[float], list[float]]]:
-    """(global_step, value) series of CURVES from a run's metrics.csv; empty cells are skipped."""
-    curves: dict[str, tuple[list[float], list[float]]] = {key: ([], []) for key in CURVES}
-    with (run_dir / "metrics.csv").open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            try:
-                step = float(row["global_step"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            for key in CURVES:
-                try:
-                    value = float(row.get(key) or "")
-                except ValueError:
-                    continue
-                curves[key][0].append(step)
-                curves[key][1].append(value)
-    return curves
+class Actor(nn.Module):
+    """normalise → the agent's acting network (`Agent.acting_network`) → deterministic action, with the memory as
+    explicit tensors."""
+
+    def __init__(self, policy: Policy):
+        super().__init__()
+        self.normalize = Normalize(policy)
+        net = policy.agent.acting_network()
+        if net is None:
+            exported = [name for name, cls in algorithms().items() if cls.acting_network is not Agent.acting_network]
+            raise ConfigError(f"algo.name = '{policy.cfg.algo.name}': its actions come from planning or filtering "
+                              f"with a world model, not one network; export supports {', '.join(exported)}")
+        self.net = net
+
+    def initial_state(self, batch_size: int) -> list[torch.Tensor]:
+        """The memory at an episode's start, flat (empty for a feed-forward policy)."""
+        initial = getattr(self.net, "initial_state", None)
+        return [] if initial is None else list(initial(batch_size))
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor):
+        return self.net(self.normalize(obs), *state)
 
 
-def plot_curves(records: list[RunRecord], path: Path) -> tuple[int, list[str]]:
-    """Overlay each run's curves in one figure per metric, side by side; returns how many runs had data, and a
-    warning for each run whose metrics could not be read."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def export(policy: Policy, path, fmt: str, batch_size: int = 1) -> dict:
+    """Write the policy's actor to `path` as `fmt` (onnx or torchscript); returns {"inputs", "outputs"} (names and
+    shapes, B the batch). The file is written to a temporary name and renamed into place."""
+    import os
+    from pathlib import Path
 
-    fig = Figure(figsize=(6 * len(CURVES), 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(CURVES), squeeze=False)[0]
-    plotted, problems = 0, []
-    for record in records:
-        try:
-            curves = _read_curves(Path(record.run_dir))
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            problems.append(f"run {record.id}: metrics.csv unreadable ({exc}); left out of the plot")
-            continue
-        label = f"#{record.id} {record.env_id} {record.variant} s{record.seed}"
-        for ax, key in zip(axes, CURVES):
-            steps, values = curves[key]
-            if steps:
-                ax.plot(steps, values, label=label, marker="o" if len(steps) < 20 else None)
-        plotted += any(curves[key][0] for key in CURVES)
-    for ax, key in zip(axes, CURVES):
-        ax.set_title(key)
-        ax.set_xlabel("global_step")
-        ax.grid(alpha=0.3)
-        if ax.has_data():
-            ax.legend(fontsize="small")
-    # Saved beside the target and renamed into place, so an interrupted save leaves no half file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt}: allowed: {', '.join(FORMATS)}")
+    actor = copy.deepcopy(Actor(policy)).eval().float().requires_grad_(False)  # the policy's own networks untouched
+    obs = torch.as_tensor(np.zeros((batch_size, *policy.spec.obs_shape), dtype=policy.observation_space.dtype))
+    state = actor.initial_state(batch_size)
+    inputs = ["obs"] + [f"state_{i}" for i in range(len(state))]
+    outputs = ["actions"] + [f"next_state_{i}" for i in range(len(state))]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     try:
-        fig.savefig(tmp, dpi=120)
+        with torch.no_grad(), warnings.catch_warnings():
+            # tracing records the one-step branches acting takes (a shape test in the cores): what is exported
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            if fmt == "torchscript":
+                traced = torch.jit.trace(actor, (obs, *state), check_trace=False)
+                traced.save(str(tmp))
+            else:
+                dynamic = {name: {0: "batch"} for name in inputs[:1]}
+                dynamic.update({name: {1: "batch"} for name in inputs[1:]})
+                torch.onnx.export(actor, (obs, *state), str(tmp), input_names=inputs, output_names=outputs,
+                                  dynamic_axes={**dynamic, "actions": {0: "batch"}}, dynamo=False)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return plotted, problems
-
-
-def _latex_escape(text: str) -> str:
-    special = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-               "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-    return "".join(special.get(char, char) for char in text)
-
-
-def render(records: list[RunRecord], fmt: str) -> str:
-    """The records as csv (every column, raw values), a markdown table or a LaTeX tabular."""
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(COLUMNS)
-        for record in records:
-            writer.writerow(["" if value is None else value for value in record.as_dict().values()])
-        return buffer.getvalue()
-    names = list(TABLE_COLUMNS)
-    cells = [[cell(name, record.as_dict()[name]) for name in names] for record in records]
-    titles = list(TABLE_COLUMNS.values())
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(titles) + " |",
-                 "| " + " | ".join("---:" if name in NUMERIC else "---" for name in names) + " |"]
-        lines += ["| " + " | ".join(text.replace("|", r"\|") for text in row) + " |" for row in cells]
-        return "\n".join(lines) + "\n"
-    if fmt == "latex":
-        align = "".join("r" if name in NUMERIC else "l" for name in names)
-        lines = [rf"\begin{{tabular}}{{{align}}}", r"\hline",
-                 " & ".join(_latex_escape(title) for title in titles) + r" \\", r"\hline"]
-        lines += [" & ".join(_latex_escape(text) for text in row) + r" \\" for row in cells]
-        lines += [r"\hline", r"\end{tabular}"]
-        return "\n".join(lines) + "\n"
-    raise ConfigError(f"unknown format {fmt!r}; available: {', '.join(FORMATS)}")
+    finally:
+        tmp.unlink(missing_ok=True)
+    shapes = {"obs": ["B", *policy.spec.obs_shape]}
+    shapes.update({f"state_{i}": ["layers" if t.dim() == 3 else "", "B", *t.shape[2:]] for i, t in enumerate(state)})
+    return {"inputs": inputs, "outputs": outputs, "shapes": shapes}

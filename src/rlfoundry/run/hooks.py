@@ -34,6 +34,7 @@ from rlfoundry import envs as envs_lib
 from rlfoundry.algos.base import Iteration
 from rlfoundry.algos.optim import debug_checks
 from rlfoundry.envs import state as envs_state
+from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import debug, distributed
 from rlfoundry.run.evaluate import evaluate
@@ -45,7 +46,6 @@ from rlfoundry.run.video import record_video
 from rlfoundry.sinks import CSVSink, TensorBoardSink
 from rlfoundry.sinks.console import ConsoleSink
 from rlfoundry.sinks.wandb import WandbSink
-from rlfoundry.spec.schema import ExperimentConfig
 
 if TYPE_CHECKING:
     from rlfoundry.run.trainer import Progress
@@ -72,7 +72,7 @@ class Context:
     agent: Any
     envs: Any  # the training envs
     eval_envs: Any
-    spec: envs_lib.EnvSpec
+    spec: envs_lib.EnvInfo
     progress: Progress  # the loop's counters: global_step, next_eval, next_save, ...
     signal: StopSignal
     resume: ckpt.Checkpoint | None  # the checkpoint a resumed run started from

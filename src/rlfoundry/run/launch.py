@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.experiment.load import apply_overrides, load_config, validate
+from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.run import distributed
 from rlfoundry.run.checkpoint import load, resolve
 from rlfoundry.run.debug import debug_config
@@ -16,8 +18,6 @@ from rlfoundry.run.restore import resumable_run, run_config
 from rlfoundry.run.rundir import new_run_dir
 from rlfoundry.run.trainer import Trainer
 from rlfoundry.sinks.wandb import import_wandb, sweep_overrides
-from rlfoundry.spec.load import apply_overrides, load_config, validate
-from rlfoundry.spec.schema import ExperimentConfig
 
 
 def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | Path | None = None,

@@ -32,9 +32,9 @@ from gymnasium.wrappers.utils import rescale_box
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos.base import Memory
+from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import hardware
-from rlfoundry.spec.schema import ExperimentConfig
 
 EPSILON = 1e-8  # Gymnasium's NormalizeObservation: (obs − mean) / sqrt(var + ε)
 
@@ -43,7 +43,7 @@ EPSILON = 1e-8  # Gymnasium's NormalizeObservation: (obs − mean) / sqrt(var + 
 class Policy:
     cfg: ExperimentConfig  # the run's resolved config
     agent: Any  # an rlfoundry.algos Agent with the checkpoint's weights, only ever asked to predict
-    spec: envs_lib.EnvSpec  # the agent's view: normalised observations
+    spec: envs_lib.EnvInfo  # the agent's view: normalised observations
     obs_stats: tuple[np.ndarray, np.ndarray, float] | None  # (mean, var, count) of the run's normalisation
     step: int  # the env step the checkpoint was saved at
     source: str  # where it came from, for messages (a run directory, a model folder, hf://ORG/NAME)

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run.rundir import run_status
-from rlfoundry.spec.schema import ExperimentConfig
 
 
 def run_config(run_dir: Path) -> ExperimentConfig:
     """The resolved config a run wrote (validated again, so a hand-edited one gets the usual errors)."""
-    from rlfoundry.spec.load import load_config
+    from rlfoundry.experiment.load import load_config
 
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():

@@ -41,8 +41,8 @@ def smoke(env_id: str, variant: str, run_dir: Path, extra: list[str] | None = No
     package, a bad preset, a crash) is a failed result with its message, not an exception."""
     from rich.console import Console
 
+    from rlfoundry.experiment.load import load_config
     from rlfoundry.run.launch import train
-    from rlfoundry.spec.load import load_config
 
     spec, start = f"{env_id}:{variant}", time.perf_counter()
     try:
@@ -65,7 +65,7 @@ def smoke(env_id: str, variant: str, run_dir: Path, extra: list[str] | None = No
 def smoke_presets(needle: str = "", report=None) -> list[SmokeResult]:
     """Every preset variant whose `ENV_ID:VARIANT` contains `needle` (case-insensitive), each into its own
     temporary run directory; `report(result)` is called as each one ends."""
-    from rlfoundry.spec.load import load_presets
+    from rlfoundry.experiment.load import load_presets
 
     needle = needle.lower()
     cases = [(env_id, variant) for env_id, preset in sorted(load_presets().items()) for variant in preset.variants

@@ -34,6 +34,7 @@ from rlfoundry.algos import Runtime, algorithm
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import Provenance
 from rlfoundry.envs import state as envs_state
+from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import debug, distributed, hardware, hooks
 from rlfoundry.run.evaluate import EvaluationStopped
@@ -42,7 +43,6 @@ from rlfoundry.run.report import write_report
 from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
 from rlfoundry.run.seeding import resolve_device, seed_everything, set_rng_state
 from rlfoundry.sinks.files import is_disk_full
-from rlfoundry.spec.schema import ExperimentConfig
 
 SUMMARY_KEYS = (
     "status", "env_id", "algo", "variant", "seed", "total_steps", "wall_time_s", "sps", "train_return_mean",
@@ -63,7 +63,7 @@ class Built(NamedTuple):
 
     train_envs: Any
     eval_envs: Any
-    spec: envs_lib.EnvSpec
+    spec: envs_lib.EnvInfo
     agent: Any
 
 

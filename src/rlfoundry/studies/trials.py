@@ -28,10 +28,10 @@ import yaml
 
 from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.experiments import processes
-from rlfoundry.experiments.results import RunResult, read_run, write_report
+from rlfoundry.experiment.load import load_config
 from rlfoundry.run.rundir import run_status, write_atomic
-from rlfoundry.spec.load import load_config
+from rlfoundry.studies import processes
+from rlfoundry.studies.results import RunResult, read_run, write_report
 
 MANIFEST = "trials.yaml"  # the specs, seeds and overrides of the set: a continuation must match its overrides
 POLL_S = 0.5
@@ -154,7 +154,7 @@ def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Pa
     before anything is created."""
     processes.check_options("trials", backend, ("local", "ray"), address, workers)
     if backend == "ray":
-        from rlfoundry.experiments.cluster import require_ray
+        from rlfoundry.studies.cluster import require_ray
 
         require_ray()
     trials = plan(specs, seeds, overrides, out)
@@ -162,7 +162,7 @@ def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Pa
     with processes.locked(out, "trials"):
         _merge_manifest(out, specs, seeds, overrides)
         if backend == "ray":
-            from rlfoundry.experiments import cluster
+            from rlfoundry.studies import cluster
 
             with cluster.connected(address, workers, out) as cpus:
                 _run_all(trials, overrides, out, cpus, show, cluster.start)

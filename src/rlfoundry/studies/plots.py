@@ -1,4 +1,4 @@
-"""The plots of a trials report (`experiments/results.py`): evaluation curves, the performance profile and the
+"""The plots of a trials report (`studies/results.py`): evaluation curves, the performance profile and the
 probability of improvement, each with its 95% bootstrap band, as PNG bytes on matplotlib's Agg canvas."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlfoundry.experiments import stats
+from rlfoundry.studies import stats
 
 if TYPE_CHECKING:
-    from rlfoundry.experiments.results import Comparison, RunResult
+    from rlfoundry.studies.results import Comparison, RunResult
 
 GRID_POINTS = 50
 PROFILE_POINTS = 101

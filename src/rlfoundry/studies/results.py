@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rlfoundry.experiments import plots, stats
 from rlfoundry.run.report import read_metrics
 from rlfoundry.run.rundir import write_atomic
+from rlfoundry.studies import plots, stats
 
 STATUSES = ("finished", "failed", "stopped", "running", "missing")
 CSV_COLUMNS = ("spec", "seed", "env_id", "status", "final_return", "normalised_return", "solved_return", "steps",

@@ -22,9 +22,9 @@ import yaml
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, TrialState
 
-from rlfoundry.experiments.sweep_file import METRICS, SweepFile, experiment, override_text, run_dir, trial_value
+from rlfoundry.experiment.load import apply_overrides
 from rlfoundry.run.rundir import write_atomic
-from rlfoundry.spec.load import apply_overrides
+from rlfoundry.studies.sweep_file import METRICS, SweepFile, experiment, override_text, run_dir, trial_value
 
 MIN_IMPORTANCE_TRIALS = 10  # fewer completed trials give PED-ANOVA too few in its top quantile to compare
 PLOTS = {"history": "optimisation history", "parallel": "parallel coordinates"}

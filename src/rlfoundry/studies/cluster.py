@@ -32,7 +32,7 @@ from pathlib import Path
 
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.experiments import processes
+from rlfoundry.studies import processes
 
 POLL_S = 0.5
 LOCAL_OBJECT_STORE = 128 * 1024**2  # bytes: only exit codes and small results travel through Ray

@@ -50,8 +50,11 @@ from pydantic import ValidationError
 
 from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.experiments import processes
-from rlfoundry.experiments.sweep_file import (
+from rlfoundry.experiment.schema import ExperimentConfig
+from rlfoundry.run.report import read_metrics
+from rlfoundry.run.rundir import run_status, write_atomic
+from rlfoundry.studies import processes
+from rlfoundry.studies.sweep_file import (
     METRICS,
     OBJECTIVES,
     SweepFile,
@@ -65,9 +68,6 @@ from rlfoundry.experiments.sweep_file import (
     run_log,
     trial_value,
 )
-from rlfoundry.run.report import read_metrics
-from rlfoundry.run.rundir import run_status, write_atomic
-from rlfoundry.spec.schema import ExperimentConfig
 
 STUDY = "sweep"  # the study's name in the journal: fixed, so a renamed sweep directory still continues
 JOURNAL = "study.journal"
@@ -276,18 +276,18 @@ def run_sweep(plan: Plan, out: Path, workers: int | None = None, show: Callable[
     the cluster's CPUs), embedded (`backend` "optuna") or through Ray Tune ("ray", on the cluster at `address` or a
     local instance), calling `show(progress)` as it goes; writes the report and returns the study. ConfigError for
     bad input, before anything is created."""
-    from rlfoundry.experiments.sweep_report import write_report
+    from rlfoundry.studies.sweep_report import write_report
 
     processes.check_options("sweep", backend, ("optuna", "ray"), address, workers)
     if backend == "ray":
-        from rlfoundry.experiments.cluster import require_ray
+        from rlfoundry.studies.cluster import require_ray
 
         require_ray("ray.tune")
     processes.make_out(out)
     with processes.locked(out, "sweep"):
         spec = _record(out, plan, backend)
         if backend == "ray":
-            from rlfoundry.experiments.sweep_tune import run_sweep_ray
+            from rlfoundry.studies.sweep_tune import run_sweep_ray
 
             study = run_sweep_ray(plan, spec, out, workers, address, show)
         else:

@@ -2,7 +2,7 @@
 
 Layers, lowest first: package defaults (the field defaults of `rlfoundry.config.sections`) → algorithm
 defaults (the algo config's defaults) → env preset → variant → experiment file → CLI `a.b=value`
-overrides. `rlfoundry.spec.load` merges the layers as plain dicts and validates the result once.
+overrides. `rlfoundry.experiment.load` merges the layers as plain dicts and validates the result once.
 
 It sits above the algorithms because the `algo` section is the config class each algorithm states on its class
 (`PPO.config`, `PPOConfig` in `algos/ppo.py`), plugins' included; the sections below the algorithms stay in

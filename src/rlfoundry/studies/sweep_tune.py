@@ -38,8 +38,8 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from rlfoundry.config.cores import usable_cores
-from rlfoundry.experiments import cluster, processes
-from rlfoundry.experiments.sweep import (
+from rlfoundry.studies import cluster, processes
+from rlfoundry.studies.sweep import (
     JOURNAL,
     POLL_S,
     STUDY,
@@ -57,7 +57,7 @@ from rlfoundry.experiments.sweep import (
     seed_runs,
     start_run,
 )
-from rlfoundry.experiments.sweep_file import METRICS, OBJECTIVES, SweepFile, run_log
+from rlfoundry.studies.sweep_file import METRICS, OBJECTIVES, SweepFile, run_log
 
 
 class Search(OptunaSearch):

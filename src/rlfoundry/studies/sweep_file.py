@@ -39,9 +39,9 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, Validati
 
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.experiments import stats
-from rlfoundry.spec.load import SECTIONS, apply_overrides, load_config, read_yaml
-from rlfoundry.spec.schema import ExperimentConfig
+from rlfoundry.experiment.load import SECTIONS, apply_overrides, load_config, read_yaml
+from rlfoundry.experiment.schema import ExperimentConfig
+from rlfoundry.studies import stats
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial

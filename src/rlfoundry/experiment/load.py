@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.spec.schema import ALGO_CONFIGS, ExperimentConfig
+from rlfoundry.experiment.schema import ALGO_CONFIGS, ExperimentConfig
 
 SECTIONS = ("env", "algo", "network", "train", "eval", "logging", "checkpoint", "solved")
 PRESET_KEYS = (*SECTIONS, "variants")
