@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 import yaml
 
-from rlfoundry.run.report import read_metrics
+from rlfoundry.records.report import read_metrics
 
 
 class Run(NamedTuple):

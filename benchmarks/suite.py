@@ -27,8 +27,8 @@ import yaml
 
 from rlfoundry.config.cores import usable_cores
 from rlfoundry.experiment.load import load_config
+from rlfoundry.records.rundir import run_status, versions
 from rlfoundry.run.hardware import detect, machine
-from rlfoundry.run.rundir import run_status, versions
 from rlfoundry.studies import stats
 from rlfoundry.studies.processes import sigterm_interrupts
 from rlfoundry.studies.results import read_run

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import rlfoundry
 from rlfoundry.cli.runs import runs_app
-from rlfoundry.run.registry import DB_NAME, Registry
+from rlfoundry.records.registry import DB_NAME, Registry
 
 SEEDS = (1, 2, 3)
 

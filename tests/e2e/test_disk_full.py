@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 import rlfoundry
 from rlfoundry.cli import app
+from rlfoundry.records import rundir
 from rlfoundry.run import checkpoint as ckpt
-from rlfoundry.run import rundir
 from rlfoundry.run.trainer import RunFailed
 from rlfoundry.sinks import csv as csv_sink
 

@@ -22,8 +22,8 @@ from rlfoundry.algos.base import Memory
 from rlfoundry.cli.export import export as export_command
 from rlfoundry.cli.play import play as play_command
 from rlfoundry.experiment.load import load_config
-from rlfoundry.run.export import export
-from rlfoundry.run.policy import Policy
+from rlfoundry.trained.export import export
+from rlfoundry.trained.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "eval.episodes=1",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlfoundry.run.registry import Registry
+from rlfoundry.records.registry import Registry
 from tests.conftest import output_of
 from tests.e2e.test_sweep import SMALL, cli, digest, finish, rows, summary, trials, write_sweep
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlfoundry.run.registry import Registry
+from rlfoundry.records.registry import Registry
 from tests.conftest import is_timing, output_of
 
 # Each test starts several training processes: under pytest-xdist they take turns on one worker.

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 import rlfoundry
 from rlfoundry.cli.runs import runs_app
-from rlfoundry.run.registry import Registry
+from rlfoundry.records.registry import Registry
 
 TOTAL = 1536  # 6 iterations of 8 envs x 32 steps, evaluated at 768 and at the end
 

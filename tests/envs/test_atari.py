@@ -428,8 +428,8 @@ def test_bad_img_size_is_an_error_naming_the_key(img_size):
 def test_non_square_img_size_round_trips_through_the_run_config(tmp_path):
     """A run writes its resolved config as YAML (lists, no tuples) and a resume reads it back: the same config."""
     from rlfoundry.experiment.load import load_config
+    from rlfoundry.records.rundir import write_yaml
     from rlfoundry.run.restore import run_config
-    from rlfoundry.run.rundir import write_yaml
 
     cfg = load_config("ALE/Breakout-v5:ppo", ["env.atari.img_size=[105, 80]", "env.atari.grayscale=false"])
     assert cfg.env.atari.img_size == (105, 80)

@@ -18,8 +18,8 @@ from rlfoundry.algos import Runtime, algorithm
 from rlfoundry.envs import env_seed
 from rlfoundry.experiment.load import load_config
 from rlfoundry.inspect.episode import read_csv, record_episode, write_csv, write_mp4
-from rlfoundry.run.policy import Policy
 from rlfoundry.run.video import offscreen, video_frame
+from rlfoundry.trained.policy import Policy
 
 SEED = 4
 

@@ -18,7 +18,9 @@ PACKAGE = ROOT / "src" / "rlfoundry"
 LAYERS: list[tuple[str, ...]] = [
     ("", "cli"),
     ("studies", "bench", "hub", "inspect"),
+    ("trained",),
     ("run",),
+    ("records",),
     ("sinks",),
     ("experiment",),
     ("algos",),

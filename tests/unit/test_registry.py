@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.registry import (
+from rlfoundry.records.registry import (
     DB_NAME,
     Registry,
     RegistryError,

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 import rlfoundry
 from rlfoundry.cli.report import report
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run import rundir
-from rlfoundry.run.report import DPI, FIGSIZE, read_metrics, write_report
+from rlfoundry.records import rundir
+from rlfoundry.records.report import DPI, FIGSIZE, read_metrics, write_report
 
 TINY = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "train.total_timesteps=1024",
         "eval.every_steps=256", "eval.episodes=2"]

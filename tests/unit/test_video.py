@@ -14,8 +14,8 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import obs_stats
 from rlfoundry.experiment.load import load_config
 from rlfoundry.run.evaluate import evaluate
-from rlfoundry.run.policy import from_run
 from rlfoundry.run.video import record_video, video_frame
+from rlfoundry.trained.policy import from_run
 
 TINY = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "train.total_timesteps=2048",
         "eval.every_steps=1024", "eval.episodes=2"]

@@ -62,7 +62,7 @@ def _run_one(spec: str, overrides: list[str], run_dir: str, result_path: str) ->
 
     from rlfoundry.algos.base import Memory
     from rlfoundry.run.launch import train
-    from rlfoundry.run.policy import from_run
+    from rlfoundry.trained.policy import from_run
 
     _, summary = train(spec, overrides, Path(run_dir), console=Console(quiet=True))
     policy = from_run(Path(run_dir), "last")

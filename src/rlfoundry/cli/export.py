@@ -26,8 +26,8 @@ def export(
     """Write the deterministic actor with the run's observation normalisation folded in (memory cores: the state as
     explicit inputs and outputs)."""
     from rlfoundry.hub import load_policy
-    from rlfoundry.run.export import FORMATS
-    from rlfoundry.run.export import export as write
+    from rlfoundry.trained.export import FORMATS
+    from rlfoundry.trained.export import export as write
 
     try:
         if format not in FORMATS:

@@ -33,8 +33,8 @@ def play(
     import torch
 
     from rlfoundry.hub import load_policy
-    from rlfoundry.run.play import choose_render
-    from rlfoundry.run.play import play as play_episodes
+    from rlfoundry.trained.play import choose_render
+    from rlfoundry.trained.play import play as play_episodes
 
     try:
         check_checkpoint(checkpoint, run)

@@ -15,7 +15,7 @@ def report(
     run_dir: Annotated[str, typer.Argument(help="A run directory (holding summary.json, metrics.csv, config.yaml).")],
 ) -> None:
     """Write report.md and curves.png for a run directory again (after an interrupted run, or a newer rlfoundry)."""
-    from rlfoundry.run.report import write_report  # matplotlib is imported only when a report is drawn
+    from rlfoundry.records.report import write_report  # matplotlib is imported only when a report is drawn
 
     try:
         paths = write_report(Path(run_dir))

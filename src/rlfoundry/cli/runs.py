@@ -19,9 +19,16 @@ from rich.table import Table
 
 from rlfoundry.cli.common import err, fail, out, warn
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.registry import Registry, RegistryError, RegistryWarning, RunRecord, remove_runs, select_for_clean
-from rlfoundry.run.rundir import write_atomic
-from rlfoundry.run.tables import COMPARE_FIELDS, FORMATS, NUMERIC, TABLE_COLUMNS, cell, plot_curves, render
+from rlfoundry.records.registry import (
+    Registry,
+    RegistryError,
+    RegistryWarning,
+    RunRecord,
+    remove_runs,
+    select_for_clean,
+)
+from rlfoundry.records.rundir import write_atomic
+from rlfoundry.records.tables import COMPARE_FIELDS, FORMATS, NUMERIC, TABLE_COLUMNS, cell, plot_curves, render
 
 runs_app = typer.Typer(
     add_completion=False,

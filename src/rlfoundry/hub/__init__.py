@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run import policy as policy_lib
 from rlfoundry.run.checkpoint import CheckpointError, read_marked, read_weights
 from rlfoundry.run.restore import run_named
+from rlfoundry.trained import policy as policy_lib
 
 HF_PREFIX = "hf://"
 MODEL_FORMAT = "rlfoundry-model"
@@ -66,7 +66,7 @@ def load_policy(run: str | Path = "@last", checkpoint: str | None = None, device
                 runs_root: str | Path = "runs") -> policy_lib.Policy:
     """The trained policy a RUN names (`local_path`): a run directory's checkpoint `checkpoint` (last, best or a
     step directory; default: the best where one was saved, else the last), or a model folder's weights. See
-    `rlfoundry.run.policy` for what the returned object does."""
+    `rlfoundry.trained.policy` for what the returned object does."""
     path = local_path(run, runs_root)
     if not is_model_folder(path):
         return policy_lib.from_run(path, checkpoint, device)

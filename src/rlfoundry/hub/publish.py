@@ -36,8 +36,8 @@ from rlfoundry import envs as envs_lib
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.hub import MODEL_FORMAT, MODEL_VERSION, is_model_folder, load_policy, local_path, stats_json
 from rlfoundry.run import checkpoint as ckpt
-from rlfoundry.run import policy as policy_lib
 from rlfoundry.sinks.files import writing
+from rlfoundry.trained import policy as policy_lib
 
 CARD = "README.md"
 VIDEO = "replay.mp4"

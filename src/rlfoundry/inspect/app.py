@@ -26,7 +26,7 @@ import numpy as np
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.hub import is_model_folder, load_policy, local_path
 from rlfoundry.inspect.episode import Episode, read_csv, record_episode, write_csv, write_mp4
-from rlfoundry.run.policy import Policy
+from rlfoundry.trained.policy import Policy
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_STEPS = 10_000

@@ -42,8 +42,8 @@ import torch
 from rlfoundry.buffers.rollout import discounted_scan
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import check_renders, env_seed
-from rlfoundry.run.policy import Policy
 from rlfoundry.run.video import DEFAULT_FPS, Mp4, offscreen, video_frame
+from rlfoundry.trained.policy import Policy
 
 # Gymnasium's documented observation entries, for the page's table (ids not here get obs[0], obs[1], ...).
 OBS_NAMES = {

@@ -34,7 +34,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.rundir import write_json
+from rlfoundry.records.rundir import write_json
 from rlfoundry.sinks.files import writing
 
 FORMAT = "rlfoundry-checkpoint"

@@ -35,12 +35,12 @@ from rlfoundry.algos.base import Iteration
 from rlfoundry.algos.optim import debug_checks
 from rlfoundry.envs import state as envs_state
 from rlfoundry.experiment.schema import ExperimentConfig
+from rlfoundry.records.rundir import write_json
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import debug, distributed
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.run.monitors import ALERTS, Monitors
 from rlfoundry.run.profiling import IterationProfiler
-from rlfoundry.run.rundir import write_json
 from rlfoundry.run.seeding import own_random_state, rng_state
 from rlfoundry.run.video import record_video
 from rlfoundry.sinks import CSVSink, TensorBoardSink

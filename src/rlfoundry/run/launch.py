@@ -10,12 +10,12 @@ from typing import Any
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.load import apply_overrides, load_config, validate
 from rlfoundry.experiment.schema import ExperimentConfig
+from rlfoundry.records.rundir import new_run_dir
 from rlfoundry.run import distributed
 from rlfoundry.run.checkpoint import load, resolve
 from rlfoundry.run.debug import debug_config
 from rlfoundry.run.hooks import Callback
 from rlfoundry.run.restore import resumable_run, run_config
-from rlfoundry.run.rundir import new_run_dir
 from rlfoundry.run.trainer import Trainer
 from rlfoundry.sinks.wandb import import_wandb, sweep_overrides
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from rlfoundry.run.rundir import write_atomic
+from rlfoundry.records.rundir import write_atomic
 from rlfoundry.sinks.files import writing
 
 WARMUP = 2

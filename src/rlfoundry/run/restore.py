@@ -6,8 +6,8 @@ from pathlib import Path
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.schema import ExperimentConfig
+from rlfoundry.records.rundir import run_status
 from rlfoundry.run import checkpoint as ckpt
-from rlfoundry.run.rundir import run_status
 
 
 def run_config(run_dir: Path) -> ExperimentConfig:

@@ -35,12 +35,12 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import Provenance
 from rlfoundry.envs import state as envs_state
 from rlfoundry.experiment.schema import ExperimentConfig
+from rlfoundry.records.registry import Registry, RegistryError
+from rlfoundry.records.report import write_report
+from rlfoundry.records.rundir import git_commit, versions, write_json, write_yaml
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import debug, distributed, hardware, hooks
 from rlfoundry.run.evaluate import EvaluationStopped
-from rlfoundry.run.registry import Registry, RegistryError
-from rlfoundry.run.report import write_report
-from rlfoundry.run.rundir import git_commit, versions, write_json, write_yaml
 from rlfoundry.run.seeding import resolve_device, seed_everything, set_rng_state
 from rlfoundry.sinks.files import is_disk_full
 

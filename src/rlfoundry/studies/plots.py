@@ -21,7 +21,7 @@ DPI = 100
 
 def _figure(panels: int, width: float = 6.0, height: float = 4.5):
     """A figure of `panels` axes, at most three to a row, on the Agg canvas: no display, and a caller's own
-    pyplot backend is left alone (as run/report.py does)."""
+    pyplot backend is left alone (as records/report.py does)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -37,8 +37,8 @@ from typing import Protocol, cast
 
 from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.records.rundir import run_status
 from rlfoundry.run.checkpoint import CheckpointError, resolve
-from rlfoundry.run.rundir import run_status
 
 LOCK = ".lock"
 STOP_GRACE_S = 60.0  # how long stopping runs may take to write their checkpoint before they are killed

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rlfoundry.run.report import read_metrics
-from rlfoundry.run.rundir import write_atomic
+from rlfoundry.records.report import read_metrics
+from rlfoundry.records.rundir import write_atomic
 from rlfoundry.studies import plots, stats
 
 STATUSES = ("finished", "failed", "stopped", "running", "missing")

@@ -51,8 +51,8 @@ from pydantic import ValidationError
 from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.schema import ExperimentConfig
-from rlfoundry.run.report import read_metrics
-from rlfoundry.run.rundir import run_status, write_atomic
+from rlfoundry.records.report import read_metrics
+from rlfoundry.records.rundir import run_status, write_atomic
 from rlfoundry.studies import processes
 from rlfoundry.studies.sweep_file import (
     METRICS,

@@ -23,7 +23,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, TrialState
 
 from rlfoundry.experiment.load import apply_overrides
-from rlfoundry.run.rundir import write_atomic
+from rlfoundry.records.rundir import write_atomic
 from rlfoundry.studies.sweep_file import METRICS, SweepFile, experiment, override_text, run_dir, trial_value
 
 MIN_IMPORTANCE_TRIALS = 10  # fewer completed trials give PED-ANOVA too few in its top quantile to compare

@@ -29,7 +29,7 @@ import yaml
 from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.load import load_config
-from rlfoundry.run.rundir import run_status, write_atomic
+from rlfoundry.records.rundir import run_status, write_atomic
 from rlfoundry.studies import processes
 from rlfoundry.studies.results import RunResult, read_run, write_report
 

@@ -32,9 +32,9 @@ import torch
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import Provenance
 from rlfoundry.experiment.schema import ExperimentConfig
+from rlfoundry.records.rundir import run_status
 from rlfoundry.run.launch import train
 from rlfoundry.run.restore import run_config, run_named
-from rlfoundry.run.rundir import run_status
 
 TIMING = ("wall_time", "sps", "sps_run")  # measured times, plus every `time/*` column: they differ between runs
 IGNORED_PROVENANCE = ("created",)

@@ -22,7 +22,7 @@ import numpy as np
 import yaml
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.rundir import write_atomic
+from rlfoundry.records.rundir import write_atomic
 
 FIGSIZE = (12.0, 8.0)  # inches; at DPI this gives a 1200 × 800 PNG
 DPI = 100

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.registry import COLUMNS, RunRecord
+from rlfoundry.records.registry import COLUMNS, RunRecord
 
 FORMATS = ("csv", "markdown", "latex")
 # The columns of tables meant for people (list, markdown, latex); csv export has every column.

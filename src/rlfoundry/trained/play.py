@@ -18,8 +18,8 @@ import gymnasium as gym
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import declared_render_modes, env_seed
-from rlfoundry.run.policy import Policy
 from rlfoundry.run.video import DEFAULT_FPS, Mp4, offscreen, video_frame
+from rlfoundry.trained.policy import Policy
 
 RENDERS = ("human", "video", "ansi", "none")
 

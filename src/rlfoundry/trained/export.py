@@ -24,7 +24,7 @@ from torch import nn
 
 from rlfoundry.algos import Agent, algorithms
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.run.policy import EPSILON, Policy
+from rlfoundry.trained.policy import EPSILON, Policy
 
 FORMATS = ("onnx", "torchscript")
 
