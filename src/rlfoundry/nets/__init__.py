@@ -1,4 +1,4 @@
-"""Networks: encoder → core → heads (see DESIGN.md, "The policy")."""
+"""Networks: encoder → core → heads; any core (memory or none) serves any algorithm through one interface."""
 
 from rlfoundry.nets.policy import ActorCritic, build_actor_critic
 

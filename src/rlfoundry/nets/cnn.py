@@ -1,4 +1,4 @@
-"""Convolutional encoders for images and symbolic grids (DESIGN.md, "The policy").
+"""Convolutional encoders for images and symbolic grids: the encoder of encoder → core → heads.
 
 Every encoder follows the same contract:
 

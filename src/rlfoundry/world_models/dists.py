@@ -1,5 +1,6 @@
 """The distributions of the latent world models (DreamerV3, paper v2 / reference code HEAD; PlaNet), as functions of
-tensors. Fact sheet: shared/world-models/dreamer_planet.md §1-§4.
+tensors. Sources: Hafner et al. 2023 (DreamerV3, arXiv:2301.04104v2) and its reference code (danijar/dreamerv3);
+Hafner et al. 2019 (PlaNet, arXiv:1811.04551).
 
 - `symlog` / `symexp`: sign(x)·ln(1 + |x|) and its inverse; vector inputs and vector targets live in symlog space.
 - `TwoHot`: rewards and values as a categorical over 255 bins placed at symexp(linspace(-20, 20, 255)) (bin 127 is

@@ -1,4 +1,4 @@
-"""Cores: where memory lives. One interface for all of them (DESIGN.md):
+"""Cores: where memory lives. One interface for all of them, so any core serves any algorithm:
 
     initial_state(batch_size) -> state                      # a flat tuple of tensors, or None
     forward(x[T, B, D], state, episode_starts[T, B]) -> (y[T, B, H], new_state)
