@@ -48,7 +48,7 @@ ERRORS = {
                                  ["train.torch_threads", "'many'", "a positive integer or 'auto'"]),
     "nproc zero": Case(["train", "CartPole-v1:ppo", "--nproc", "0"], ["--nproc 0", "at least 1"]),
     "nproc not a number": Case(["train", "CartPole-v1:ppo", "--nproc", "two"], ["--nproc", "valid integer"]),
-    "nproc off-policy": Case(["train", "CartPole-v1:dqn", "--nproc", "2"], ["--nproc 2", "ppo, a2c, reinforce", "dqn"]),
+    "nproc off-policy": Case(["train", "CartPole-v1:dqn", "--nproc", "2"], ["--nproc 2", "a2c, ppo, reinforce", "dqn"]),
     "nproc memory core": Case(["train", "CartPole-v1:ppo", "network.core=gru", "--nproc", "2"],
                               ["--nproc 2", "network.core=gru", "one process"]),
     "unknown env id": Case(["train", "CartPol-v1:ppo"], ["CartPol-v1", "did you mean 'CartPole-v1'"]),
