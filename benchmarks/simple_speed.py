@@ -13,7 +13,7 @@ Size-independent: the real ALE env's steps/s (ALE/Pong-v5 with SimPLe's settings
 16 envs) and PPO's own cost per update in the model (acting + 4 epochs of 5 minibatches of 160, MB's settings, the
 Nature CNN; measured on a stand-in simulator that returns random frames, so only the policy costs).
 
-The projection of a full run (fact sheet shared/world-models/simple_mbarc.md §1-§4, MB's schedule, any size):
+The projection of a full run (fact sheet docs/WORLD-MODEL-SOURCES.md §1-§4, MB's schedule, any size):
 255,000 world-model steps at batch 4 (15,000 per epoch, ×3 in epoch 0), 22,500 reward-head batches of 32 (`mbarc`:
 1,500 per epoch), 19,000 PPO updates on 16 envs × 50 simulated steps (15.2 M simulated steps) and 102,400 real steps
 with one env (acting not counted). Sizes: `published` (MB's, hidden 96), `quarter` (hidden 24, the modified reward

@@ -1,7 +1,7 @@
 """SimPLe's stochastic next-frame predictor (Kaiser et al. 2019, arXiv:1903.00374), with MBARC's reward head.
 
 Sizes and structure follow the MBARC PyTorch port's defaults (tag **MB**, thomas-schillaci/mbarc_atari, as the
-project's fact sheet shared/world-models/simple_mbarc.md gives them; § numbers below are that sheet's). The code is
+project's fact sheet docs/WORLD-MODEL-SOURCES.md gives them; § numbers below are that sheet's). The code is
 this project's own. One step of the model, for a batch of B observations of S = 4 stacked RGB frames:
 
     x      = standardise(frames / 255) per frame channel                         [B, S·C, H, W]    §2.1

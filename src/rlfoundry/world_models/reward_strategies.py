@@ -1,6 +1,6 @@
 """How SimPLe's reward head is trained: MBARC's strategies for the rare rewarded frames.
 
-Source tags are those of the project's fact sheet (shared/world-models/simple_mbarc.md, §0, §4): **MB** =
+Source tags are those of the project's fact sheet (docs/WORLD-MODEL-SOURCES.md, §0, §4): **MB** =
 thomas-schillaci/mbarc_atari at 5aad3d8 (`mbarc/trainer.py` `Trainer.train_reward_model`, `mbarc/focal_loss.py`),
 **Desc** = the written overview of MB this project was planned from.
 
