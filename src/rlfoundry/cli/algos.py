@@ -13,10 +13,17 @@ def algos() -> None:
     from rlfoundry.cli.common import out
 
     families = ((OnPolicyAgent, "on-policy"), (OffPolicyAgent, "off-policy"), (LatentAgent, "latent model"))
-    table = Table("algo.name", "family", "memory cores", "--nproc", "compiles", "from", box=None)
+    found = algorithms()
+    origins = {name: f"{cls.__module__}.{cls.__qualname__}" for name, cls in found.items()}
+    # the name and where its class comes from are never cut: in a narrow terminal the other headings wrap first
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    table.add_column("algo.name", no_wrap=True, min_width=max(map(len, found), default=9))
+    table.add_column("family", min_width=max(len(label) for _, label in families))
+    for heading in ("memory cores", "--nproc", "compiles"):
+        table.add_column(heading)
+    table.add_column("from", no_wrap=True, min_width=max(map(len, origins.values()), default=4))
     yes = {True: "yes", False: "-"}
-    for name, cls in algorithms().items():
+    for name, cls in found.items():
         family = next((label for base, label in families if issubclass(cls, base)), "own loop")
-        table.add_row(name, family, yes[cls.memory_cores], yes[cls.distributed], yes[cls.compiles],
-                      f"{cls.__module__}.{cls.__qualname__}")
+        table.add_row(name, family, yes[cls.memory_cores], yes[cls.distributed], yes[cls.compiles], origins[name])
     out().print(table)
