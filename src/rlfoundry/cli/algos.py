@@ -17,11 +17,11 @@ def algos() -> None:
     origins = {name: f"{cls.__module__}.{cls.__qualname__}" for name, cls in found.items()}
     # the name and where its class comes from are never cut: in a narrow terminal the other headings wrap first
     table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
-    table.add_column("algo.name", no_wrap=True, min_width=max(map(len, found), default=9))
+    table.add_column("algo.name", no_wrap=True, min_width=max(map(len, found)))
     table.add_column("family", min_width=max(len(label) for _, label in families))
     for heading in ("memory cores", "--nproc", "compiles"):
         table.add_column(heading)
-    table.add_column("from", no_wrap=True, min_width=max(map(len, origins.values()), default=4))
+    table.add_column("from", no_wrap=True, min_width=max(map(len, origins.values())))
     yes = {True: "yes", False: "-"}
     for name, cls in found.items():
         family = next((label for base, label in families if issubclass(cls, base)), "own loop")
