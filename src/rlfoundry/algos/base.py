@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
+from rlfoundry.algos.graphs import GraphedStep, HostToDevice, Step
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.monitors import MonitorRule
 
@@ -71,24 +72,37 @@ class Runtime:
     device: torch.device
     precision: str = "fp32"  # fp32 or bf16 (autocast)
     compile: bool = False  # torch.compile the agent's hot paths
+    cuda_graphs: bool = False  # capture the steady-state steps in CUDA graphs (on CUDA only)
 
     @classmethod
     def of(cls, train_cfg, device: torch.device | str = "cpu") -> Runtime:
-        """The runtime of a config's `train` section (an unresolved `auto` compiles nothing, and means fp32)."""
+        """The runtime of a config's `train` section (an unresolved `auto` compiles nothing, graphs nothing, and
+        means fp32)."""
         precision = train_cfg.precision if train_cfg.precision in ("fp32", "bf16") else "fp32"
-        return cls(torch.device(device), precision, train_cfg.compile is True)
+        device = torch.device(device)
+        graphs = train_cfg.cuda_graphs is True and device.type == "cuda"
+        return cls(device, precision, train_cfg.compile is True, graphs)
 
     def autocast(self) -> AbstractContextManager:
         """The mixed-precision context: bf16 autocast, or no context at all for fp32 (entering a disabled autocast
         costs 2 µs, several times per gradient step)."""
-        if self.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        if self.precision == "bf16":  # a graph cannot hold autocast's cache of cast weights
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=not self.cuda_graphs)
         return nullcontext()
+
+    def graphed(self, step: Step) -> Step:
+        """`step` (a gradient step: see `rlfoundry.algos.graphs`) replayed from a CUDA graph when the run uses
+        them; `step` itself otherwise."""
+        return GraphedStep(step) if self.cuda_graphs else step
 
     def compiled(self, fn: Callable) -> Callable:
         """`fn` through torch.compile when the run compiles (the first calls then compile, for tens of seconds on a
         CPU); `fn` itself otherwise."""
         return torch.compile(fn) if self.compile else fn
+
+    def to_device(self) -> HostToDevice:
+        """A copier of replay samples to this device (pinned buffers and copies that do not wait, on CUDA)."""
+        return HostToDevice(self.device)
 
     def compile_modules(self, *modules: torch.nn.Module) -> None:
         """Each network's forward pass compiled in place (its state dict keeps its names) when the run compiles."""
@@ -110,6 +124,8 @@ class Agent(ABC):
     distributed: ClassVar[bool] = False  # runs across processes (`--nproc`, torchrun): one all-reduced gradient
     compiles: ClassVar[bool] = True  # train.compile compiles something; where not, true runs eager with a warning
     compile_by_default: ClassVar[bool] = False  # train.compile=auto compiles (measured to pay off on long runs)
+    graphs: ClassVar[bool] = False  # its steady-state steps go through Runtime.graphed (train.cuda_graphs)
+    graphs_by_default: ClassVar[bool] = False  # train.cuda_graphs=auto graphs its steps on CUDA (measured to pay)
     monitors: ClassVar[Mapping[str, MonitorRule]] = {}  # default monitors by metric key, with their sources
     smoke: ClassVar[tuple[str, ...]] = ()  # overrides that shrink a run to one short iteration (presets --smoke)
     # Why the trainer's envs are not the ones the agent steps (e.g. they live in actor processes), or None:

@@ -77,6 +77,7 @@ def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
 class DQN(OffPolicyAgent):
     name = "dqn"
     config = DQNConfig
+    graphs = True
     monitors = {"diag/q_mean": Q_DIVERGENCE, "loss/q": VALUE_BLOWUP}
 
     def __init__(self, cfg, spec, runtime: Runtime):
@@ -93,6 +94,8 @@ class DQN(OffPolicyAgent):
         self.next_target_update = algo.target_update_interval
         self.epsilon = algo.exploration_initial_eps
         runtime.compile_modules(self.q, self.target)
+        self.to_device = runtime.to_device()
+        self.graphed_step = runtime.graphed(self.gradient_step)
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode(), self.autocast():
@@ -127,23 +130,30 @@ class DQN(OffPolicyAgent):
             batch = self.replay.sample(algo.batch_size, self.rng, beta=beta)
         else:
             batch = self.replay.sample(algo.batch_size, self.rng)
-        tensor = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
-        obs, next_obs = tensor(batch.obs), tensor(batch.next_obs)
+        stats = self.graphed_step(*self.to_device(batch.obs, batch.actions, batch.next_obs, batch.rewards,
+                                                  batch.discounts, batch.weights))
+        errors = stats.pop("td_error")
+        if algo.prioritized:
+            assert isinstance(self.replay, PrioritizedReplayBuffer)
+            self.replay.update_priorities(batch.indices, errors.cpu().numpy())
+        return stats
+
+    def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
+                      discounts: torch.Tensor, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One step of the Q-network on a batch (a CUDA graph: `Runtime.graphed`); its metrics, and each
+        transition's |TD error| under `td_error` (the priorities)."""
         with torch.no_grad(), self.autocast():
             next_q = self.target(next_obs)
-            if algo.double:
+            if self.algo.double:
                 next_q = next_q.gather(-1, self.q(next_obs).argmax(-1, keepdim=True)).squeeze(-1)
             else:
                 next_q = next_q.max(-1).values
-            targets = tensor(batch.rewards) + tensor(batch.discounts) * next_q
+            targets = rewards + discounts * next_q
         with self.autocast():
-            q_taken = self.q(obs).gather(-1, tensor(batch.actions).long().unsqueeze(-1)).squeeze(-1)
-        loss, stats = dqn_loss(q_taken, targets, tensor(batch.weights))
+            q_taken = self.q(obs).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        loss, stats = dqn_loss(q_taken, targets, weights)
         self.optimizer.update(loss, stats)
-        if algo.prioritized:
-            assert isinstance(self.replay, PrioritizedReplayBuffer)
-            self.replay.update_priorities(batch.indices, (q_taken.detach() - targets).abs().cpu().numpy())
-        return stats
+        return {**stats, "td_error": (q_taken.detach() - targets).abs()}
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
         """Greedy actions (ε-greedy with the final ε when not deterministic, drawn from NumPy's global generator,

@@ -87,15 +87,14 @@ class FlatOptimizer:
         self.max_grad_norm = max_grad_norm
         self._reduce_buffer: torch.Tensor | None = None  # the gradient and its weight, all-reduced across processes
         if kind == "adam":
-            fused = self.flat.device.type in ("cpu", "cuda")
-            self.optimizer: torch.optim.Optimizer = torch.optim.Adam([self.flat], lr=lr, eps=eps, fused=fused)
+            self.optimizer: torch.optim.Optimizer = adam([self.flat], lr, eps)
         elif kind == "rmsprop":  # A2C's usual optimizer (Mnih et al. 2016; SB3: alpha 0.99, eps 1e-5)
             self.optimizer = torch.optim.RMSprop([self.flat], lr=lr, eps=eps, alpha=rmsprop_alpha)
         else:
             raise ValueError(f"unknown optimizer {kind!r}; allowed: adam, rmsprop")
 
     def set_lr(self, lr: float) -> None:
-        self.optimizer.param_groups[0]["lr"] = lr
+        set_lr(self.optimizer, lr)
 
     def update(self, loss: torch.Tensor | None, terms: dict[str, torch.Tensor] | None = None,
                samples: float = 1.0) -> torch.Tensor | None:
@@ -129,10 +128,47 @@ class FlatOptimizer:
         return norm
 
     def state_dict(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
+        return optimizer_state(self.optimizer)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+        load_optimizer_state(self.optimizer, state)
+
+
+def adam(params: list[torch.Tensor], lr: float, eps: float) -> torch.optim.Adam:
+    """Adam, fused on the CPU and CUDA. On CUDA it is also capturable, with its learning rate a device tensor: a
+    CUDA graph can replay its step, and a new rate (`set_lr`) is written into that tensor, not baked into a graph."""
+    device = params[0].device.type
+    if device == "cuda":
+        return torch.optim.Adam(params, lr=torch.tensor(lr, device=params[0].device), eps=eps, fused=True,
+                                capturable=True)
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=device == "cpu")
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every parameter group's learning rate set to `lr` (in place where it is a tensor)."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state dict with each learning rate a number, whatever the device (a checkpoint made on a
+    GPU loads on the CPU)."""
+    state = optimizer.state_dict()
+    state["param_groups"] = [{**group, "lr": float(group["lr"])} for group in state["param_groups"]]
+    return state
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load `optimizer_state`'s dict, keeping a learning rate that is a tensor a tensor (the one graphs read)."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, rate in zip(optimizer.param_groups, rates, strict=True):
+        if isinstance(rate, torch.Tensor):
+            rate.fill_(float(group["lr"]))
+            group["lr"] = rate
 
 
 @contextlib.contextmanager

@@ -39,7 +39,7 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Iteration, Runtime, averaged, finish_iteration
 from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig
-from rlfoundry.algos.optim import FlatOptimizer, frozen
+from rlfoundry.algos.optim import FlatOptimizer, adam, frozen, load_optimizer_state, optimizer_state, set_lr
 from rlfoundry.buffers.replay import Collected
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP, MonitorRule
@@ -145,6 +145,7 @@ def act(actor: torch.nn.Module, obs: np.ndarray, precision: str, deterministic: 
 class SAC(OffPolicyAgent):
     name = "sac"
     config = SACConfig
+    graphs = True
     monitors = {
         # α collapse: the learned temperature shrinks while the policy's entropy stays above target_entropy; four
         # orders of magnitude below its start (1 with ent_coef auto, as SB3) the entropy term no longer shapes the
@@ -169,8 +170,7 @@ class SAC(OffPolicyAgent):
         self.target_flat = flatten_parameters(self.critic_target).requires_grad_(False)
         self.log_alpha = torch.tensor(np.log(algo.ent_coef_init if algo.ent_coef == "auto" else algo.ent_coef),
                                       dtype=torch.float32, device=device, requires_grad=algo.ent_coef == "auto")
-        self.alpha_opt = (torch.optim.Adam([self.log_alpha], lr=algo.lr(0.0), fused=device.type in ("cpu", "cuda"))
-                          if algo.ent_coef == "auto" else None)
+        self.alpha_opt = adam([self.log_alpha], algo.lr(0.0), 1e-8) if algo.ent_coef == "auto" else None
         if spec.discrete:
             auto_entropy = algo.target_entropy_scale * math.log(int(spec.action_space.n))
             action_shape: tuple[int, ...] = ()
@@ -181,6 +181,8 @@ class SAC(OffPolicyAgent):
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
         self.replay = self.make_replay(action_shape, action_dtype)
         runtime.compile_modules(self.actor, self.critic, self.critic_target)
+        self.to_device = runtime.to_device()
+        self.graphed_step = runtime.graphed(self.gradient_step)
         self.pool: ActorPool | None = None  # async: the actor processes, started at the first iteration
         self.owed = 0.0  # async: gradient steps owed for the rows received (the fraction carried over)
         self.gradient_steps_done = 0
@@ -193,7 +195,7 @@ class SAC(OffPolicyAgent):
             self.actor_opt.set_lr(lr)
             self.critic_opt.set_lr(lr)
             if self.alpha_opt is not None:
-                self.alpha_opt.param_groups[0]["lr"] = lr
+                set_lr(self.alpha_opt, lr)
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
         if self.env_steps >= self.algo.learning_starts:
@@ -233,8 +235,13 @@ class SAC(OffPolicyAgent):
 
     def _update(self) -> dict[str, torch.Tensor]:
         batch = self.replay.sample(self.algo.batch_size, self.rng)
-        tensor = lambda a: torch.as_tensor(a, device=self.device)
-        obs, actions, next_obs = tensor(batch.obs), tensor(batch.actions), tensor(batch.next_obs)
+        return self.graphed_step(*self.to_device(batch.obs, batch.actions, batch.next_obs, batch.rewards,
+                                                 batch.discounts))
+
+    def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
+                      discounts: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One step of α, the critics and the actor on a batch, and the target update (a CUDA graph:
+        `Runtime.graphed`)."""
         discrete = self.spec.discrete
         with self.autocast():
             if discrete:  # log π(·|s) [N, A]; the expectations use its probabilities
@@ -244,7 +251,7 @@ class SAC(OffPolicyAgent):
                 new_actions, logp_new = self.actor(obs)
                 probs_new = None
         if self.alpha_opt is not None:
-            self.alpha_opt.zero_grad(set_to_none=True)
+            self.alpha_opt.zero_grad(set_to_none=False)  # the gradient stays where a graph reads it
             sac_alpha_loss(self.log_alpha, logp_new, self.target_entropy, probs_new).backward()
             self.alpha_opt.step()
         alpha = self.log_alpha.detach().exp()
@@ -255,7 +262,7 @@ class SAC(OffPolicyAgent):
             else:
                 next_actions, next_logp = self.actor(next_obs)
                 next_q, next_probs = self.critic_target(next_obs, next_actions).float(), None
-            targets = tensor(batch.rewards) + tensor(batch.discounts) * sac_soft_value(next_q, next_logp, alpha, next_probs)
+            targets = rewards + discounts * sac_soft_value(next_q, next_logp, alpha, next_probs)
         with self.autocast():
             if discrete:
                 taken = actions.long().view(1, -1, 1).expand(2, -1, 1)
@@ -311,7 +318,7 @@ class SAC(OffPolicyAgent):
             "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(), "log_alpha": {"value": self.log_alpha.detach()},
             "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": None if self.alpha_opt is None else self.alpha_opt.state_dict(),
+            "alpha_opt": None if self.alpha_opt is None else optimizer_state(self.alpha_opt),
             **self.replay_state(),
         }
 
@@ -324,5 +331,5 @@ class SAC(OffPolicyAgent):
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         if self.alpha_opt is not None:
-            self.alpha_opt.load_state_dict(state["alpha_opt"])
+            load_optimizer_state(self.alpha_opt, state["alpha_opt"])
         self.load_replay_state(state)

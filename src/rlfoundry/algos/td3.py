@@ -22,6 +22,7 @@ Truncation bootstraps and termination does not.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, Literal
 
 import numpy as np
@@ -108,6 +109,7 @@ class DeterministicActor(nn.Module):
 class TD3(OffPolicyAgent):
     name = "td3"
     config = TD3Config
+    graphs = True
     monitors = {"diag/q_mean": Q_DIVERGENCE, "loss/critic": VALUE_BLOWUP}
 
     def __init__(self, cfg, spec, runtime: Runtime):
@@ -129,6 +131,9 @@ class TD3(OffPolicyAgent):
         self.high = torch.as_tensor(spec.action_space.high, dtype=torch.float32, device=device)
         self.half_range = (spec.action_space.high - spec.action_space.low) / 2  # the unit of the noises
         self.updates = 0  # gradient steps so far: the actor steps on every policy_delay-th
+        self.to_device = runtime.to_device()
+        self.critic_step = runtime.graphed(functools.partial(self.gradient_step, actor=False))
+        self.full_step = runtime.graphed(functools.partial(self.gradient_step, actor=True))
         runtime.compile_modules(self.actor, self.critic, self.actor_target, self.critic_target)
 
     def schedule(self, progress: float) -> None:
@@ -145,10 +150,17 @@ class TD3(OffPolicyAgent):
         return np.clip(actions + noise, self.spec.action_space.low, self.spec.action_space.high).astype(np.float32)
 
     def update(self, progress: float) -> dict[str, torch.Tensor]:
+        batch = self.replay.sample(self.algo.batch_size, self.rng)
+        inputs = self.to_device(batch.obs, batch.actions, batch.next_obs, batch.rewards, batch.discounts)
+        self.updates += 1
+        step = self.full_step if self.updates % self.algo.policy_delay == 0 else self.critic_step
+        return step(*inputs)
+
+    def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
+                      discounts: torch.Tensor, actor: bool) -> dict[str, torch.Tensor]:
+        """One critic step on a batch and, with `actor`, the actor's step and the target updates (a CUDA graph each:
+        `Runtime.graphed`)."""
         algo = self.algo
-        batch = self.replay.sample(algo.batch_size, self.rng)
-        tensor = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
-        obs, actions, next_obs = tensor(batch.obs), tensor(batch.actions), tensor(batch.next_obs)
         with torch.no_grad(), self.autocast():
             next_actions = self.actor_target(next_obs)
             if algo.target_policy_noise > 0:
@@ -156,14 +168,13 @@ class TD3(OffPolicyAgent):
                 next_actions = smoothed_targets(next_actions, noise, algo.target_noise_clip, self.actor.scale,
                                                 self.low, self.high)
             next_q = self.critic_target(next_obs, next_actions).float().amin(0)
-            targets = tensor(batch.rewards) + tensor(batch.discounts) * next_q
+            targets = rewards + discounts * next_q
         with self.autocast():
             q = self.critic(obs, actions).float()
         critic_loss = td3_critic_loss(q, targets)
         self.critic_opt.update(critic_loss)
-        self.updates += 1
         stats = {"loss/critic": critic_loss.detach().double(), "diag/q_mean": q.detach().mean().double()}
-        if self.updates % algo.policy_delay == 0:
+        if actor:
             with self.autocast(), frozen(self.critic):  # gradients for the actions only
                 actor_loss = td3_actor_loss(self.critic(obs, self.actor(obs)).float()[0])
             self.actor_opt.update(actor_loss)

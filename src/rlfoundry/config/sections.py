@@ -279,6 +279,12 @@ class TrainConfig(StrictModel):
         "compile, for tens of seconds on a CPU. auto: where it was measured to pay off (see the README's "
         "\"Threads, precision and compilation\"); resolved once and kept on resume.",
     )
+    cuda_graphs: bool | Literal["auto"] = Field(
+        "auto", description="On CUDA, capture each steady-state gradient step (SAC, TD3, DDPG, DQN) in a CUDA graph "
+        "and replay it: one launch instead of hundreds. auto: for the algorithms where it was measured to pay "
+        "(docs: \"Performance\"); off on the CPU, with train.debug, and across processes. Resolved once and kept "
+        "on resume.",
+    )
     profile: bool = Field(
         False, description="Record a few iterations after warm-up with torch.profiler: profile.json (a Chrome/Perfetto "
         "trace) and profile.md (the env/act/learn split, the top ops by self time) in the run directory.",
@@ -354,6 +360,7 @@ class Provenance(StrictModel):
     torch_threads: int | None = None  # train.torch_threads resolved (auto: from the hardware), kept on resume
     precision: str | None = None  # train.precision resolved, kept on resume
     compile: bool | None = None  # train.compile resolved, kept on resume
+    cuda_graphs: bool | None = None  # train.cuda_graphs resolved, kept on resume
     hardware: str | None = None  # the CPU (model, vector extensions), cores and GPU the run started on
     vectorization: str | None = None
     processes: int | None = None  # the run's processes (--nproc, torchrun): a resume runs as many

@@ -152,6 +152,24 @@ def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: 
     return worth_it and has_cpp_compiler(), None
 
 
+def resolve_cuda_graphs(requested: bool | str, algo: str, device: torch.device, debug: bool,
+                        processes: int) -> tuple[bool, str | None]:
+    """`train.cuda_graphs` resolved, and a warning where `true` cannot be honoured: graphs need CUDA, an algorithm
+    with graphed steps (`Agent.graphs_by_default` or any with `graphs`), one process, and no debug checks (they read
+    values on the host at every update). auto: on CUDA for the algorithms whose graphed steps were measured to pay
+    (docs: "Performance")."""
+    from rlfoundry.algos import algorithm
+
+    agent = algorithm(algo)
+    reason = ("the run is on the CPU" if device.type != "cuda" else
+              f"{algo} has no graphed steps" if not agent.graphs else
+              "train.debug reads every update's values on the host" if debug else
+              "a run across processes all-reduces its gradients between steps" if processes > 1 else None)
+    if requested is True:
+        return reason is None, None if reason is None else f"train.cuda_graphs=true: {reason}; it runs eager"
+    return requested == "auto" and reason is None and agent.graphs_by_default, None
+
+
 def has_cpp_compiler() -> bool:
     """torch.compile's CPU code generation needs a C++ compiler ($CXX, g++ or clang++)."""
     return any(shutil.which(name) for name in (os.environ.get("CXX", ""), "g++", "clang++") if name)

@@ -31,18 +31,26 @@ def resolve_device(name: str) -> torch.device:
 
 
 def rng_state() -> tuple[dict[str, Any], dict[str, np.ndarray], torch.Tensor]:
-    """Python's, NumPy's and torch's global RNG states, for a checkpoint: (JSON values, NumPy arrays, torch's)."""
+    """Python's, NumPy's and torch's global RNG states, for a checkpoint: (JSON values, NumPy arrays, torch's CPU
+    state). The arrays hold each CUDA device's generator too, where CUDA is in use (SAC's and TD3's noises)."""
     np_state = np.random.get_state()
     assert isinstance(np_state, tuple)  # the legacy global generator is an MT19937: its state is the tuple form
     py_version, py_internal, py_gauss = random.getstate()
     values = {"numpy_rng": {"pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
               "python_rng": {"version": py_version, "internal": list(py_internal), "gauss": py_gauss}}
-    return values, {"numpy_rng_keys": np_state[1]}, torch.get_rng_state()
+    arrays = {"numpy_rng_keys": np_state[1]}
+    if torch.cuda.is_initialized():
+        for index in range(torch.cuda.device_count()):
+            arrays[f"cuda_rng_{index}"] = torch.cuda.get_rng_state(index).numpy()
+    return values, arrays, torch.get_rng_state()
 
 
 def set_rng_state(values: dict[str, Any], arrays: dict[str, np.ndarray], torch_state: torch.Tensor) -> None:
     """The inverse of `rng_state`."""
     torch.set_rng_state(torch_state)
+    for key, state in arrays.items():
+        if key.startswith("cuda_rng_") and torch.cuda.is_available():
+            torch.cuda.set_rng_state(torch.from_numpy(state.copy()), int(key.removeprefix("cuda_rng_")))
     numpy_rng = values["numpy_rng"]
     np.random.set_state(("MT19937", arrays["numpy_rng_keys"], numpy_rng["pos"], numpy_rng["has_gauss"],
                          numpy_rng["cached"]))

@@ -147,9 +147,14 @@ class Trainer:
                                                              cfg.train.total_timesteps)
         if started is not None and cfg.train.compile == "auto" and started.compile is not None:
             compile_ = started.compile
-        train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision, "compile": compile_})
+        graphs, graphs_warning = hardware.resolve_cuda_graphs(cfg.train.cuda_graphs, cfg.algo.name, self.device,
+                                                              cfg.train.debug, self.group.world if self.group else 1)
+        if started is not None and cfg.train.cuda_graphs == "auto" and started.cuda_graphs is not None:
+            graphs = started.cuda_graphs and self.device.type == "cuda"
+        train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision, "compile": compile_,
+                                             "cuda_graphs": graphs})
         run_cfg, self.in_process_note = debug.in_process(cfg.model_copy(update={"train": train}))
-        return run_cfg, [w for w in (precision_warning, compile_warning) if w]
+        return run_cfg, [w for w in (precision_warning, compile_warning, graphs_warning) if w]
 
     def _write_config(self, vectorization: str) -> None:
         git = git_commit()
@@ -157,6 +162,7 @@ class Trainer:
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), versions=self.summary["versions"], git_commit=git["commit"],
             git_dirty=git["dirty"], device=str(self.device), torch_threads=self.run_cfg.train.torch_threads,
             precision=self.run_cfg.train.precision, compile=self.run_cfg.train.compile,
+            cuda_graphs=self.run_cfg.train.cuda_graphs,
             hardware=self.hardware.describe(), vectorization=vectorization,
             processes=self.group.world if self.group else 1,
         )
@@ -346,10 +352,10 @@ class Trainer:
         else:
             progress = self._restore(self.resume, agent, train_envs)
         processes = f"{self.group.world} processes × " if self.group else ""
-        self.log.info("env %s: %s%d envs, %s vectorization; device %s, %d torch threads, %s%s; %s",
+        self.log.info("env %s: %s%d envs, %s vectorization; device %s, %d torch threads, %s%s%s; %s",
                       cfg.env.id, processes, spec.num_envs, spec.vectorization, self.device,
                       run_cfg.train.torch_threads, run_cfg.train.precision, ", compiled" if run_cfg.train.compile else "",
-                      self.hardware.describe())
+                      ", CUDA graphs" if run_cfg.train.cuda_graphs else "", self.hardware.describe())
         return hooks.Context(
             cfg=cfg, run_dir=self.run_dir, log=self.log, console=self.console,
             title=f"{cfg.env.id}:{cfg.variant} s{cfg.train.seed}", device=self.device, summary=self.summary,

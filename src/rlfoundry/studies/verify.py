@@ -105,7 +105,7 @@ def rerun_config(cfg: ExperimentConfig, runs_root: Path, threads: int | None) ->
     started = cfg.provenance
     assert started is not None, "a run to verify has its provenance (see verify)"
     pinned = {"torch_threads": threads or started.torch_threads, "precision": started.precision,
-              "compile": started.compile}
+              "compile": started.compile, "cuda_graphs": started.cuda_graphs}
     if cfg.train.device == "auto" and started.device:
         pinned["device"] = torch.device(started.device).type
     train_cfg = cfg.train.model_copy(update={key: value for key, value in pinned.items() if value is not None})

@@ -1,0 +1,132 @@
+"""CUDA graphs for the steady-state gradient steps, and the check that a step can be captured.
+
+On a GPU, a gradient step of the small networks of continuous control is a few hundred kernels of microseconds each,
+launched one by one from Python: the GPU waits on the launches. A CUDA graph records the step's kernels once and
+replays them with one launch (`train.cuda_graphs`). We capture by hand with `torch.cuda.CUDAGraph` rather than
+through `torch.compile(mode="reduce-overhead")`: torch.compile breaks its graph at `loss.backward()` and at the
+optimizer's step (torch 2.13), so it would capture the step in pieces with Python between them, while a hand
+capture holds the forward passes, the backward passes, the Adam steps and the target updates in one graph.
+
+What a step must be to be captured: a function of tensors returning a dict of tensors, with fixed shapes, no host
+sync (`.item()`, `float(t)`, `bool(t)`, `.cpu()`), no Python branch on a tensor's value and no Python state it
+changes (a counter it increments would count once, at capture); its optimizers capturable, their learning rates
+device tensors (`rlfoundry.algos.optim`). `no_host_syncs` checks the first two on any device, the CPU included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+Step = Callable[..., dict[str, torch.Tensor]]
+
+# Operators that read a tensor's value on the host (item, float, bool, int, a Python branch on a tensor) or whose
+# output shape depends on values: a CUDA graph can hold none of them.
+_SYNCING = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive",
+            "unique_dim", "repeat_interleave", "equal", "is_nonzero"}
+
+_INDEXING = {"index", "index_put", "index_put_", "_index_put_impl_"}
+
+
+class HostSync(RuntimeError):
+    """A step read a tensor's value on the host, or made a shape from values: it cannot be captured."""
+
+
+class _SyncGuard(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in _SYNCING:
+            raise HostSync(f"aten.{name}: the step reads a tensor's value on the host (or sizes a tensor by its "
+                           "values), so a CUDA graph cannot capture it")
+        if name in ("_to_copy", "copy_") and _to_host(func, args, kwargs):
+            raise HostSync(f"aten.{name} to the CPU: the step copies a device tensor to the host")
+        if name in _INDEXING and any(i is not None and i.dtype == torch.bool for i in args[1]):
+            raise HostSync(f"aten.{name} with a boolean mask: the result's shape depends on the mask's values")
+        return func(*args, **(kwargs or {}))
+
+
+def _to_host(func, args, kwargs) -> bool:
+    """Whether a copy moves a tensor from another device to the CPU."""
+    kwargs = kwargs or {}
+    if func.overloadpacket.__name__ == "copy_":
+        dst, src = args[0], args[1]
+        return dst.device.type == "cpu" and isinstance(src, torch.Tensor) and src.device.type != "cpu"
+    device = kwargs.get("device")
+    return device is not None and torch.device(device).type == "cpu" and args[0].device.type != "cpu"
+
+
+@contextlib.contextmanager
+def no_host_syncs() -> Iterator[None]:
+    """Inside, any operator that reads a tensor's value on the host raises HostSync (on the CPU as on a GPU)."""
+    with _SyncGuard():
+        yield
+
+
+class GraphedStep:
+    """`step` captured in a CUDA graph after `warmup` eager calls, then replayed.
+
+    Called like `step`, with tensors of the same shapes and dtypes every time: they are copied into the graph's
+    input buffers and the graph replays. The eager calls run on a side stream, as capture asks (cuBLAS, autograd
+    and the optimizers' states are set up there); the capturing call replays at once, so every call is one real
+    step. The returned tensors (in a new dict) are the graph's own outputs: the next call overwrites them, so read or
+    add them first.
+    """
+
+    def __init__(self, step: Step, warmup: int = 3):
+        self.step = step
+        self.warmup = warmup
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.inputs: list[torch.Tensor] = []
+        self.outputs: dict[str, torch.Tensor] = {}
+
+    def __call__(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        self.calls += 1
+        if self.graph is None and self.calls <= self.warmup:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                outputs = self.step(*inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            return outputs
+        if self.graph is None:
+            self.inputs = [x.detach().clone() for x in inputs]
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.outputs = self.step(*self.inputs)
+        else:
+            for buffer, x in zip(self.inputs, inputs, strict=True):
+                buffer.copy_(x, non_blocking=True)
+        self.graph.replay()
+        return dict(self.outputs)
+
+
+class HostToDevice:
+    """Arrays (a replay sample) to the device: on CUDA through pinned buffers kept between calls, each copied with
+    `non_blocking` (a copy from pageable memory would wait for the GPU to finish its queue); elsewhere as tensors
+    sharing the arrays' memory. A call first waits for the previous call's copies to have read the buffers."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.pinned: list[torch.Tensor] = []
+        self.copied: torch.cuda.Event | None = None
+
+    def __call__(self, *arrays: Any) -> tuple[torch.Tensor, ...]:
+        if self.device.type != "cuda":
+            return tuple(torch.as_tensor(a, device=self.device) for a in arrays)
+        hosts = [torch.as_tensor(a) for a in arrays]
+        if [(p.shape, p.dtype) for p in self.pinned] != [(h.shape, h.dtype) for h in hosts]:
+            self.pinned = [torch.empty(h.shape, dtype=h.dtype, pin_memory=True) for h in hosts]
+            self.copied = None
+        if self.copied is not None:
+            self.copied.synchronize()
+        for pinned, host in zip(self.pinned, hosts, strict=True):
+            pinned.copy_(host)
+        on_device = tuple(p.to(self.device, non_blocking=True) for p in self.pinned)
+        self.copied = torch.cuda.Event()
+        self.copied.record()
+        return on_device

@@ -1,0 +1,112 @@
+"""CUDA graphs on the CPU: every gradient step meant for a graph runs 20 steps without reading a tensor on the host
+(the check that a graph can capture it), `train.cuda_graphs` resolves as documented, and the optimizers keep a
+learning rate that is a tensor across set_lr and a checkpoint. tests/unit/test_graphs_cuda.py replays the graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rlfoundry.algos import Runtime, algorithm
+from rlfoundry.algos.graphs import HostSync, no_host_syncs
+from rlfoundry.algos.optim import load_optimizer_state, optimizer_state, set_lr
+from rlfoundry.envs import make
+from rlfoundry.experiment.load import load_config
+from rlfoundry.run import hardware
+
+# Every algorithm with graphed steps, in the variants whose steps differ (discrete SAC, prioritised double dueling DQN).
+GRAPHED = {
+    "td3": ("Pendulum-v1:td3", []),
+    "ddpg": ("Pendulum-v1:ddpg", []),
+    "sac": ("Pendulum-v1:sac", []),
+    "sac-discrete": ("CartPole-v1:sac", []),
+    "sac-fixed-alpha": ("Pendulum-v1:sac", ["algo.ent_coef=0.1"]),
+    "dqn": ("CartPole-v1:dqn", []),
+    "dqn-per": ("CartPole-v1:dqn", ["algo.prioritized=true", "algo.double=true", "algo.dueling=true"]),
+}
+
+
+def filled_agent(case: str, device: str = "cpu", overrides: list[str] = ()):
+    """The agent of a GRAPHED case, seeded, with 64 env steps in its replay and no update taken."""
+    spec_name, extra = GRAPHED[case]
+    cfg = load_config(spec_name, [f"train.device={device}", "env.num_envs=1", "algo.learning_starts=100000",
+                                  "algo.train_freq=64", "algo.batch_size=16", "network.hidden_sizes=[32,32]",
+                                  *extra, *overrides])
+    envs, spec = make(cfg.env, 1)
+    torch.manual_seed(0)
+    agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, device))
+    agent.iterate(envs, 0.0)
+    envs.close()
+    return agent
+
+
+def test_the_guard_catches_host_reads_and_value_shaped_tensors():
+    x = torch.randn(8, requires_grad=True)
+    with no_host_syncs():
+        y = (x * 2).clamp(max=1.0).square().sum()
+        y.backward()  # autograd and in-place arithmetic are fine
+    for read in (lambda: y.item(), lambda: float(y), lambda: bool(y > 0), lambda: x.nonzero(),
+                 lambda: x[x > 0], lambda: int(x.argmax())):
+        with pytest.raises(HostSync), no_host_syncs():
+            read()
+
+
+@pytest.mark.parametrize("case", GRAPHED)
+def test_every_graphed_step_runs_20_updates_without_a_host_read(case):
+    agent = filled_agent(case)
+    assert agent.graphs
+    with no_host_syncs():
+        steps = [agent.update(0.5) for _ in range(20)]
+    assert all(torch.isfinite(value).all() for step in steps for value in step.values())
+    assert {"loss/critic", "loss/q"} & set(steps[-1])
+
+
+def test_cuda_graphs_resolve_by_device_algorithm_debug_and_processes():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert hardware.resolve_cuda_graphs("auto", "sac", cpu, False, 1) == (False, None)
+    on, warning = hardware.resolve_cuda_graphs(True, "sac", cpu, False, 1)
+    assert not on and "on the CPU" in warning
+    on, warning = hardware.resolve_cuda_graphs(True, "ppo", cuda, False, 1)
+    assert not on and "ppo has no graphed steps" in warning
+    on, warning = hardware.resolve_cuda_graphs(True, "dqn", cuda, True, 1)
+    assert not on and "train.debug" in warning
+    on, warning = hardware.resolve_cuda_graphs(True, "dqn", cuda, False, 2)
+    assert not on and "processes" in warning
+    assert hardware.resolve_cuda_graphs(True, "td3", cuda, False, 1) == (True, None)
+    assert hardware.resolve_cuda_graphs(False, "td3", cuda, False, 1) == (False, None)
+    for name in ("sac", "td3", "ddpg", "dqn"):  # auto: what the GPU measurements found to pay
+        assert hardware.resolve_cuda_graphs("auto", name, cuda, False, 1)[0] is algorithm(name).graphs_by_default
+
+
+def test_a_cpu_run_records_cuda_graphs_off(tmp_path):
+    from rlfoundry.run.trainer import Trainer
+
+    trainer = Trainer(load_config("Pendulum-v1:td3", ["train.device=cpu", "train.cuda_graphs=true",
+                                                      "train.total_timesteps=1"]), tmp_path / "run")
+    assert trainer.run_cfg.train.cuda_graphs is False
+    assert any("train.cuda_graphs=true: the run is on the CPU" in w for w in trainer.warnings)
+
+
+def test_a_learning_rate_tensor_survives_set_lr_and_a_checkpoint():
+    param = torch.nn.Parameter(torch.zeros(3))
+    rate = torch.tensor(1e-3)
+    optimizer = torch.optim.Adam([param], lr=rate)
+    set_lr(optimizer, 5e-4)
+    assert optimizer.param_groups[0]["lr"] is rate and rate.item() == pytest.approx(5e-4)
+    state = optimizer_state(optimizer)
+    assert state["param_groups"][0]["lr"] == pytest.approx(5e-4) and isinstance(state["param_groups"][0]["lr"], float)
+    set_lr(optimizer, 1.0)
+    load_optimizer_state(optimizer, state)
+    assert optimizer.param_groups[0]["lr"] is rate and rate.item() == pytest.approx(5e-4)
+    plain = torch.optim.Adam([param], lr=1e-3)
+    set_lr(plain, 2e-3)
+    assert plain.param_groups[0]["lr"] == 2e-3
+
+
+def test_a_sample_reaches_the_step_as_the_replay_holds_it():
+    agent = filled_agent("td3")
+    arrays = (np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2], np.int64))
+    tensors = agent.to_device(*arrays)
+    assert [t.dtype for t in tensors] == [torch.float32, torch.int64]
+    assert all(np.array_equal(t.numpy(), a) for t, a in zip(tensors, arrays, strict=True))

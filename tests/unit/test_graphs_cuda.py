@@ -1,0 +1,71 @@
+"""CUDA graphs on a GPU: every graphed gradient step replayed 100 times ends where the same agent stepping eagerly
+ends, and a run with graphs killed and resumed writes what the uninterrupted run writes. Skipped without a CUDA
+device; benchmarks/gpu_checks.sh runs it where one is lent.
+
+Eager and graphed runs execute the same kernels in the same order, so a continuous-action agent matches to the bit;
+the discrete ones gather Q-values, whose backward adds with atomics in an order that varies, so they match to
+rounding (1e-4 after 100 Adam steps)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+import torch
+
+from tests.conftest import output_of
+from tests.e2e.test_resume import COMMON, cli, last_step, rows
+from tests.unit.test_graphs import GRAPHED, filled_agent
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+EXACT = {"td3", "ddpg", "sac", "sac-fixed-alpha"}
+
+
+@pytest.mark.parametrize("case", GRAPHED)
+def test_graph_replay_equals_eager_over_100_updates(case):
+    eager = filled_agent(case, "cuda", ["train.cuda_graphs=false"])
+    graphed = filled_agent(case, "cuda", ["train.cuda_graphs=true"])
+    assert graphed.runtime.cuda_graphs and not eager.runtime.cuda_graphs
+    sums = []
+    for agent in (eager, graphed):
+        torch.cuda.manual_seed(7)
+        total: dict[str, torch.Tensor] = {}
+        for _ in range(100):
+            for key, value in agent.update(0.5).items():
+                total[key] = total.get(key, 0.0) + value
+        sums.append({key: float(value) for key, value in total.items()})
+    tolerance = {"rtol": 0.0, "atol": 0.0} if case in EXACT else {"rtol": 1e-4, "atol": 1e-4}
+    for (name, want), (_, have) in zip(eager.state_dict().items(), graphed.state_dict().items(), strict=True):
+        if isinstance(want, dict) and all(isinstance(v, torch.Tensor) for v in want.values()):
+            for key in want:
+                torch.testing.assert_close(have[key], want[key], **tolerance, msg=f"{case}: {name}.{key}")
+    assert sums[0].keys() == sums[1].keys()
+    for key in sums[0]:
+        assert sums[1][key] == pytest.approx(sums[0][key], rel=tolerance["rtol"] or 1e-12, abs=tolerance["atol"])
+
+
+@pytest.mark.parametrize("case", ["td3", "sac"])
+def test_a_graphed_run_killed_and_resumed_equals_the_uninterrupted_one(tmp_path, case):
+    spec = {"td3": "Pendulum-v1:td3", "sac": "Pendulum-v1:sac"}[case]
+    args = [spec, "--total-timesteps", "1200", *COMMON, "train.device=cuda", "train.cuda_graphs=true",
+            "algo.learning_starts=200", "network.hidden_sizes=[64,64]", "checkpoint.every_steps=200",
+            "eval.every_steps=400", "eval.episodes=1"]
+    whole = cli("train", *args, "--run-dir", str(tmp_path / "whole"), cwd=tmp_path)
+    cut = cli("train", *args, "--run-dir", str(tmp_path / "cut"), cwd=tmp_path)
+    metrics, saved = tmp_path / "cut" / "metrics.csv", tmp_path / "cut" / "checkpoints" / "last.json"
+    deadline = time.time() + 120
+    while last_step(metrics) < 500 or not saved.exists():
+        assert cut.poll() is None and time.time() < deadline, output_of(cut)
+        time.sleep(0.05)
+    cut.send_signal(signal.SIGKILL)
+    cut.communicate(timeout=60)
+    resumed = cli("train", "--resume", str(tmp_path / "cut"), cwd=tmp_path)
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert whole.wait(timeout=300) == 0, whole.communicate()[1]
+    assert "CUDA graphs" in (tmp_path / "cut" / "run.log").read_text()
+    expected, got = rows(tmp_path / "whole" / "metrics.csv"), rows(metrics)
+    assert len(got) == len(expected)
+    for want, have in zip(expected, got, strict=True):
+        assert have == want, f"first difference at global_step {want['global_step']}"
