@@ -9,7 +9,7 @@
 #   bash benchmarks/gpu_checks.sh [SECONDS] [OUT]       # defaults: 420 s, ./gpu-checks
 #
 # Needs rlfoundry importable (installed, or PYTHONPATH=src with its dependencies) and a CUDA torch. On a machine
-# without a package index, wheels in ./.whl (docs: "Performance", GPU checks) are installed into /tmp/site first.
+# without a package index, wheels in ./.whl (the README's Tests section) are installed into /tmp/site first.
 # OUT receives checks.log (everything), speed.md (the table) and speed.log (the benchmark's own output).
 set -u
 T0=$(date +%s)
@@ -18,7 +18,7 @@ OUT=$(realpath -m "${2:-gpu-checks}")
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 log() { echo "=== $(( $(date +%s) - T0 )) s: $*"; }
-export PYTHONUNBUFFERED=1 SDL_VIDEODRIVER=dummy MUJOCO_GL=egl
+export PYTHONUNBUFFERED=1 SDL_VIDEODRIVER=dummy
 if ls .whl/*.whl > /dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH="/tmp/site:$PWD/src:${PYTHONPATH:-}"

@@ -281,9 +281,9 @@ class TrainConfig(StrictModel):
     )
     cuda_graphs: bool | Literal["auto"] = Field(
         "auto", description="On CUDA, capture each steady-state gradient step (SAC, TD3, DDPG, DQN) in a CUDA graph "
-        "and replay it: one launch instead of hundreds. auto: for the algorithms where it was measured to pay "
-        "(docs: \"Performance\"); off on the CPU, with train.debug, and across processes. Resolved once and kept "
-        "on resume.",
+        "and replay it: one launch instead of hundreds. auto: for the algorithms where it was measured to pay (the "
+        "README's \"Threads, precision and compilation\"); off on the CPU, with train.debug, and across processes. "
+        "Resolved once and kept on resume.",
     )
     profile: bool = Field(
         False, description="Record a few iterations after warm-up with torch.profiler: profile.json (a Chrome/Perfetto "

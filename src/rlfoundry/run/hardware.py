@@ -155,9 +155,9 @@ def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: 
 def resolve_cuda_graphs(requested: bool | str, algo: str, device: torch.device, debug: bool,
                         processes: int) -> tuple[bool, str | None]:
     """`train.cuda_graphs` resolved, and a warning where `true` cannot be honoured: graphs need CUDA, an algorithm
-    with graphed steps (`Agent.graphs_by_default` or any with `graphs`), one process, and no debug checks (they read
+    with graphed steps (`Agent.graphs`), one process, and no debug checks (they read
     values on the host at every update). auto: on CUDA for the algorithms whose graphed steps were measured to pay
-    (docs: "Performance")."""
+    (`Agent.graphs_by_default`; the README's "Threads, precision and compilation")."""
     from rlfoundry.algos import algorithm
 
     agent = algorithm(algo)
