@@ -110,3 +110,27 @@ def test_a_sample_reaches_the_step_as_the_replay_holds_it():
     tensors = agent.to_device(*arrays)
     assert [t.dtype for t in tensors] == [torch.float32, torch.int64]
     assert all(np.array_equal(t.numpy(), a) for t, a in zip(tensors, arrays, strict=True))
+
+
+def test_train_deterministic_turns_deterministic_kernels_on_for_its_run_only(tmp_path):
+    """On the CPU the numbers are the same either way; what the setting changes is torch's kernel choice on CUDA
+    (checked there by tests/unit/test_graphs_cuda.py)."""
+    import rlfoundry
+    from rlfoundry.run.hooks import Callback
+
+    seen = []
+
+    class Record(Callback):
+        def on_start(self, ctx):
+            seen.append(torch.are_deterministic_algorithms_enabled())
+
+    quick = ["train.device=cpu", "train.total_timesteps=64", "algo.train_freq=64", "algo.learning_starts=32",
+             "algo.batch_size=16", "network.hidden_sizes=[16]", "logging.progress=false", "logging.tensorboard=false",
+             "eval.every_steps=0", "eval.at_end=false"]
+    try:
+        for flag in ("true", "false"):
+            rlfoundry.train("CartPole-v1:sac", [*quick, f"train.deterministic={flag}"], tmp_path / flag,
+                            callbacks=[Record()])
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert seen == [True, False]

@@ -4,7 +4,8 @@ device; benchmarks/gpu_checks.sh runs it where one is lent.
 
 Eager and graphed runs execute the same kernels in the same order, so a continuous-action agent matches to the bit;
 the discrete ones gather Q-values, whose backward adds with atomics in an order that varies, so they match to
-rounding (1e-4 after 100 Adam steps)."""
+rounding (1e-4 after 100 Adam steps); with `train.deterministic` they repeat to the bit (that test was added after
+the 2026-11-28 GPU run and waits for the next one)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,23 @@ def test_a_graphed_run_killed_and_resumed_equals_the_uninterrupted_one(tmp_path,
     assert len(got) == len(expected)
     for want, have in zip(expected, got, strict=True):
         assert have == want, f"first difference at global_step {want['global_step']}"
+
+
+@pytest.mark.parametrize("case", ["dqn", "sac-discrete"])
+def test_deterministic_kernels_repeat_the_discrete_steps_to_the_bit(case):
+    """train.deterministic: the gathers' backward adds in a fixed order, so two runs of 100 updates are equal."""
+    from rlfoundry.run.seeding import deterministic_kernels
+
+    deterministic_kernels(True)
+    try:
+        finals = []
+        for _ in range(2):
+            agent = filled_agent(case, "cuda", ["train.cuda_graphs=true"])
+            torch.cuda.manual_seed(7)
+            for _ in range(100):
+                agent.update(0.5)
+            finals.append(next(iter(agent.state_dict().values())))
+    finally:
+        deterministic_kernels(False)
+    for key in finals[0]:
+        assert torch.equal(finals[0][key], finals[1][key]), f"{case}: {key}"

@@ -285,6 +285,13 @@ class TrainConfig(StrictModel):
         "README's \"Threads, precision and compilation\"); off on the CPU, with train.debug, and across processes. "
         "Resolved once and kept on resume.",
     )
+    deterministic: bool = Field(
+        False, description="Deterministic kernels only (torch.use_deterministic_algorithms, cuDNN without autotuning, "
+        "cuBLAS with a fixed workspace): on CUDA the same seed then gives the same numbers in every run, at some cost "
+        "in speed; an operation without a deterministic kernel stops the run, named. Off, CUDA's atomic adds (the "
+        "backward of the Q-value gathers of DQN and discrete SAC, some convolution backward passes) may differ in the "
+        "last bits between runs. The CPU is deterministic either way.",
+    )
     profile: bool = Field(
         False, description="Record a few iterations after warm-up with torch.profiler: profile.json (a Chrome/Perfetto "
         "trace) and profile.md (the env/act/learn split, the top ops by self time) in the run directory.",

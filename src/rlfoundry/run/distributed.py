@@ -274,7 +274,7 @@ def follow(group: Group) -> None:
     cfg: ExperimentConfig = setup["cfg"]
     threads = cfg.train.torch_threads
     assert isinstance(threads, int), "rank 0 shares its resolved config"
-    seed_everything(rank_seed(cfg.train.seed, group.rank), threads)
+    seed_everything(rank_seed(cfg.train.seed, group.rank), threads, cfg.train.deterministic)
     device = resolve_device(cfg.train.device)  # on CUDA: this rank's GPU, the current device since `join`
     env_cfg = cfg.env.model_copy(update={"vectorization": setup["vectorization"]})
     envs, spec = envs_lib.make(env_cfg, gamma=getattr(cfg.algo, "gamma", 0.99), check_finite=cfg.train.debug,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -12,12 +13,26 @@ import numpy as np
 import torch
 
 
-def seed_everything(seed: int, torch_threads: int) -> None:
+def seed_everything(seed: int, torch_threads: int, deterministic: bool = False) -> None:
     # Same seed gives the same numbers only at the same thread count (reductions split differently).
     torch.set_num_threads(torch_threads)
+    deterministic_kernels(deterministic)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def deterministic_kernels(on: bool) -> None:
+    """`train.deterministic`: torch's deterministic kernels only (an operation that has none raises, naming
+    itself), cuDNN without autotuning, and cuBLAS with a fixed workspace (CUBLAS_WORKSPACE_CONFIG, set before the
+    first matrix product unless the user set it). Off, as torch's default: on CUDA, kernels that add with atomics
+    (the backward of gather, index_add and scatter_add; some cuDNN convolution backward algorithms) may differ in
+    the last bits from run to run. The CPU kernels rlfoundry uses are deterministic either way."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(on)  # set either way: an earlier run in this process may have turned it on
+    torch.backends.cudnn.deterministic = on
 
 
 def resolve_device(name: str) -> torch.device:

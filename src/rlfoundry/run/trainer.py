@@ -256,7 +256,7 @@ class Trainer:
         cfg, run_cfg = self.cfg, self.run_cfg
         threads = run_cfg.train.torch_threads
         assert threads != "auto", "resolved in __init__"
-        seed_everything(cfg.train.seed, threads)
+        seed_everything(cfg.train.seed, threads, cfg.train.deterministic)
         env_cfg = run_cfg.env
         if self.resume is not None and cfg.provenance is not None and env_cfg.vectorization == "auto":
             # the vectorization the run chose, not a new measurement: the saved env state is for it
