@@ -4,8 +4,9 @@ graphs (`train.cuda_graphs`), one markdown table.
 Rows, in the order they run (a row that would start after --budget seconds is listed as not run):
   SAC, TD3 and DQN: graphed, eager and SB3 (HalfCheetah-v5 with the zoo's settings; Breakout with SB3's Atari DQN
     settings), learning from step 1,000 on both sides so that most of each run is gradient steps;
-  PPO Breakout at 8 and 64 envs (the preset, sticky actions off as SB3's NoFrameskip-v4), PPO HalfCheetah-v5 (the
-    preset: the zoo's tuned entry), each beside SB3 with the same settings;
+  PPO Breakout at 8 envs (graphed minibatch steps and eager) and 64 envs (the preset, sticky actions off as SB3's
+    NoFrameskip-v4), PPO HalfCheetah-v5 (the preset: the zoo's tuned entry; graphed and eager), each beside SB3 with
+    the same settings;
   DreamerV3 size1m and size12m updates/s on pixels (benchmarks/dreamer_speed.py).
 steps/s = env steps / wall time of `train` (construction excluded; warm-up and graph capture included); no
 evaluation. Each figure is one run: on a quiet GPU the spread between runs is a few percent.
@@ -126,13 +127,18 @@ ROWS: dict[str, tuple[str, list[tuple[str, Callable[[int, str], dict]]], int]] =
         ("rlfoundry, eager", rlfoundry_run("ALE/Breakout-v5:dqn", [*BREAKOUT, "train.cuda_graphs=false"], True)),
         ("SB3", sb3_run(sb3_dqn))], 12_000),
     "ppo-breakout-8": ("PPO Breakout, 8 envs, fp32", [
-        ("rlfoundry", rlfoundry_run("ALE/Breakout-v5:ppo", [*BREAKOUT, "train.precision=fp32"])),
+        ("rlfoundry, CUDA graphs", rlfoundry_run("ALE/Breakout-v5:ppo", [*BREAKOUT, "train.precision=fp32",
+                                                                       "train.cuda_graphs=true"])),
+        ("rlfoundry, eager", rlfoundry_run("ALE/Breakout-v5:ppo", [*BREAKOUT, "train.precision=fp32",
+                                                                 "train.cuda_graphs=false"])),
         ("SB3", sb3_run(sb3_ppo_atari(8)))], 16_384),
     "ppo-breakout-64": ("PPO Breakout, 64 envs, fp32", [
         ("rlfoundry", rlfoundry_run("ALE/Breakout-v5:ppo", [*BREAKOUT, "train.precision=fp32", "env.num_envs=64"])),
         ("SB3", sb3_run(sb3_ppo_atari(64)))], 32_768),
     "ppo-halfcheetah": ("PPO HalfCheetah-v5, zoo settings", [
-        ("rlfoundry", rlfoundry_run("HalfCheetah-v5:ppo", [])), ("SB3", sb3_run(sb3_ppo_cheetah))], 4_096),
+        ("rlfoundry, CUDA graphs", rlfoundry_run("HalfCheetah-v5:ppo", ["train.cuda_graphs=true"])),
+        ("rlfoundry, eager", rlfoundry_run("HalfCheetah-v5:ppo", ["train.cuda_graphs=false"])),
+        ("SB3", sb3_run(sb3_ppo_cheetah))], 4_096),
 }
 
 

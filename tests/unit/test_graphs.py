@@ -62,20 +62,41 @@ def test_every_graphed_step_runs_20_updates_without_a_host_read(case):
     assert {"loss/critic", "loss/q"} & set(steps[-1])
 
 
+@pytest.mark.parametrize("spec_name", ["CartPole-v1:ppo", "Pendulum-v1:ppo"])
+def test_ppo_minibatch_steps_run_20_updates_without_a_host_read(spec_name):
+    """PPO's minibatch step (loss, backward, clipped Adam step) on random minibatches of a fixed size."""
+    from rlfoundry.buffers.rollout import Minibatch
+
+    cfg = load_config(spec_name, ["train.device=cpu", "network.hidden_sizes=[32,32]"])
+    envs, spec = make(cfg.env, 1)
+    envs.close()
+    agent = algorithm("ppo")(cfg, spec, Runtime.of(cfg.train))
+    rng = np.random.default_rng(0)
+    coefs = torch.tensor([0.2, 0.01])
+    with no_host_syncs():
+        for _ in range(20):
+            obs = torch.as_tensor(np.stack([spec.observation_space.sample() for _ in range(64)]), dtype=torch.float32)
+            actions = torch.as_tensor(np.stack([spec.action_space.sample() for _ in range(64)]))
+            targets = tuple(torch.as_tensor(rng.normal(size=64), dtype=torch.float32) for _ in range(4))
+            stats = agent.minibatch_step(Minibatch(obs, actions, targets), coefs, True)
+    assert agent.graphs and not agent.graphs_by_default  # auto leaves PPO eager until a GPU measures it
+    assert all(torch.isfinite(value) for value in stats.values()) and "diag/grad_norm" in stats
+
+
 def test_cuda_graphs_resolve_by_device_algorithm_debug_and_processes():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert hardware.resolve_cuda_graphs("auto", "sac", cpu, False, 1) == (False, None)
     on, warning = hardware.resolve_cuda_graphs(True, "sac", cpu, False, 1)
     assert not on and "on the CPU" in warning
-    on, warning = hardware.resolve_cuda_graphs(True, "ppo", cuda, False, 1)
-    assert not on and "ppo has no graphed steps" in warning
+    on, warning = hardware.resolve_cuda_graphs(True, "a2c", cuda, False, 1)
+    assert not on and "a2c has no graphed steps" in warning
     on, warning = hardware.resolve_cuda_graphs(True, "dqn", cuda, True, 1)
     assert not on and "train.debug" in warning
     on, warning = hardware.resolve_cuda_graphs(True, "dqn", cuda, False, 2)
     assert not on and "processes" in warning
     assert hardware.resolve_cuda_graphs(True, "td3", cuda, False, 1) == (True, None)
     assert hardware.resolve_cuda_graphs(False, "td3", cuda, False, 1) == (False, None)
-    for name in ("sac", "td3", "ddpg", "dqn"):  # auto: what the GPU measurements found to pay
+    for name in ("sac", "td3", "ddpg", "dqn", "ppo"):  # auto: what the GPU measurements found to pay
         assert hardware.resolve_cuda_graphs("auto", name, cuda, False, 1)[0] is algorithm(name).graphs_by_default
 
 

@@ -90,3 +90,37 @@ def test_deterministic_kernels_repeat_the_discrete_steps_to_the_bit(case):
         deterministic_kernels(False)
     for key in finals[0]:
         assert torch.equal(finals[0][key], finals[1][key]), f"{case}: {key}"
+
+
+@pytest.mark.parametrize("spec_name", ["CartPole-v1:ppo", "Pendulum-v1:ppo"])
+def test_ppo_minibatch_graphs_replay_equal_to_eager(spec_name):
+    """100 minibatch steps of two sizes (two graphs: the row count varies with episode resets) end where eager ends."""
+    import numpy as np
+
+    from rlfoundry.algos import Runtime, algorithm
+    from rlfoundry.buffers.rollout import Minibatch
+    from rlfoundry.envs import make
+    from rlfoundry.experiment.load import load_config
+
+    agents = []
+    for graphs in ("false", "true"):
+        cfg = load_config(spec_name, ["train.device=cuda", "network.hidden_sizes=[32,32]",
+                                      f"train.cuda_graphs={graphs}"])
+        envs, spec = make(cfg.env, 1)
+        envs.close()
+        torch.manual_seed(0)
+        agents.append(algorithm("ppo")(cfg, spec, Runtime.of(cfg.train, "cuda")))
+    assert agents[1].runtime.cuda_graphs
+    rng = np.random.default_rng(0)
+    batches = []
+    for i in range(100):
+        n = 64 if i % 3 else 63
+        obs = torch.as_tensor(np.stack([spec.observation_space.sample() for _ in range(n)]), dtype=torch.float32)
+        actions = torch.as_tensor(np.stack([spec.action_space.sample() for _ in range(n)]))
+        targets = tuple(torch.as_tensor(rng.normal(size=n), dtype=torch.float32) for _ in range(4))
+        batches.append(Minibatch(obs.cuda(), actions.cuda(), tuple(t.cuda() for t in targets)))
+    coefs = torch.tensor([0.2, 0.01], device="cuda")
+    for agent in agents:
+        for mb in batches:
+            agent.minibatch_step(mb, coefs, True)
+    torch.testing.assert_close(agents[1].optimizer.flat, agents[0].optimizer.flat, rtol=0.0, atol=0.0)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 Step = Callable[..., dict[str, torch.Tensor]]
 
@@ -67,42 +68,64 @@ def no_host_syncs() -> Iterator[None]:
 
 
 class GraphedStep:
-    """`step` captured in a CUDA graph after `warmup` eager calls, then replayed.
+    """`step` captured in a CUDA graph after `warmup` eager calls, then replayed: one graph per signature of its
+    arguments (their structure, every tensor's shape and dtype, every other value), up to `max_graphs`; calls with
+    further signatures run eagerly (a PPO minibatch's row count varies by a few rows with the episode resets).
 
-    Called like `step`, with tensors of the same shapes and dtypes every time: they are copied into the graph's
-    input buffers and the graph replays. The eager calls run on a side stream, as capture asks (cuBLAS, autograd
-    and the optimizers' states are set up there); the capturing call replays at once, so every call is one real
-    step. The returned tensors (in a new dict) are the graph's own outputs: the next call overwrites them, so read or
-    add them first.
+    The arguments may nest tensors in tuples, lists, dicts and named tuples (a PPO `Minibatch`): they are copied
+    into the graph's input buffers and the graph replays. The eager calls run on a side stream, as capture asks
+    (cuBLAS, autograd and the optimizers' states are set up there); the capturing call replays at once, so every call
+    is one real step. The returned tensors (in a new dict) are the graph's own outputs: the next call with the same
+    signature overwrites them, so read or add them first.
     """
 
-    def __init__(self, step: Step, warmup: int = 3):
+    def __init__(self, step: Step, warmup: int = 3, max_graphs: int = 8):
         self.step = step
         self.warmup = warmup
+        self.max_graphs = max_graphs
+        self.graphs: list[_Graph] = []
+
+    def __call__(self, *args: Any) -> dict[str, torch.Tensor]:
+        leaves, spec = tree_flatten(args)
+        signature = tuple((x.shape, x.dtype, x.device) if isinstance(x, torch.Tensor) else x for x in leaves)
+        graph = next((g for g in self.graphs if g.signature == signature and g.spec == spec), None)
+        if graph is None:
+            if len(self.graphs) >= self.max_graphs:
+                return self.step(*args)
+            graph = _Graph(spec, signature)
+            self.graphs.append(graph)
+        graph.calls += 1
+        if graph.graph is None and graph.calls <= self.warmup:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                outputs = self.step(*args)
+            torch.cuda.current_stream().wait_stream(side)
+            return outputs
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        if graph.graph is None:
+            graph.inputs = [x.detach().clone() for x in tensors]
+            buffers = iter(graph.inputs)
+            static = tree_unflatten([next(buffers) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
+            graph.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph.graph):
+                graph.outputs = self.step(*static)
+        else:
+            for buffer, x in zip(graph.inputs, tensors, strict=True):
+                buffer.copy_(x, non_blocking=True)
+        graph.graph.replay()
+        return dict(graph.outputs)
+
+
+class _Graph:
+    """One captured signature of a GraphedStep: its graph, input buffers and outputs."""
+
+    def __init__(self, spec: TreeSpec, signature: tuple):
+        self.spec, self.signature = spec, signature
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.inputs: list[torch.Tensor] = []
         self.outputs: dict[str, torch.Tensor] = {}
-
-    def __call__(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
-        self.calls += 1
-        if self.graph is None and self.calls <= self.warmup:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                outputs = self.step(*inputs)
-            torch.cuda.current_stream().wait_stream(side)
-            return outputs
-        if self.graph is None:
-            self.inputs = [x.detach().clone() for x in inputs]
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.outputs = self.step(*self.inputs)
-        else:
-            for buffer, x in zip(self.inputs, inputs, strict=True):
-                buffer.copy_(x, non_blocking=True)
-        self.graph.replay()
-        return dict(self.outputs)
 
 
 class HostToDevice:

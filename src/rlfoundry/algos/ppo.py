@@ -170,6 +170,7 @@ class PPO(OnPolicyAgent):
     # compiled: README, "Threads, precision and compilation")
     compile_by_default = True
     compile_evaluate = False  # the whole minibatch loss is compiled instead
+    graphs = True  # the minibatch step (not yet measured on a GPU: train.cuda_graphs=auto leaves it eager)
     smoke = ("algo.num_steps=64", "algo.minibatch_size=0.5")
     monitors = {
         # Schulman et al. 2017 (arXiv:1707.06347) §4 targets a KL of 0.003-0.03 per update; SB3 / CleanRL stop the
@@ -193,6 +194,7 @@ class PPO(OnPolicyAgent):
         super().__init__(cfg, spec, runtime)
         self.minibatch_samples = self.algo.minibatch_samples(spec.num_envs)
         self.minibatch_loss = runtime.compiled(self._minibatch_loss)  # the whole loss, not just the forward
+        self.minibatch_step = runtime.graphed(self._minibatch_step)  # a CUDA graph per minibatch shape
 
     def learn(self, rollout, progress: float) -> dict[str, float]:
         algo = self.algo
@@ -214,13 +216,14 @@ class PPO(OnPolicyAgent):
         updates, stopped_early = 0, False
         for _ in range(algo.update_epochs):
             for mb in epoch():
-                loss, stats = self.minibatch_loss(mb, coefs, ent_coef != 0)
-                if algo.target_kl is not None and ranks.agreed_mean(stats["diag/approx_kl"]) > 1.5 * algo.target_kl:
-                    stopped_early = True
-                    break
-                norm = self.optimizer.update(loss, stats, samples=len(mb.actions))
-                if norm is not None:  # the gradient norm before clipping, for the monitors
-                    stats = {**stats, "diag/grad_norm": norm.detach()}
+                if algo.target_kl is None:
+                    stats = self.minibatch_step(mb, coefs, ent_coef != 0)
+                else:  # the KL is read between the loss and the step: no graph holds both
+                    loss, stats = self.minibatch_loss(mb, coefs, ent_coef != 0)
+                    if ranks.agreed_mean(stats["diag/approx_kl"]) > 1.5 * algo.target_kl:
+                        stopped_early = True
+                        break
+                    stats = self._optimize(loss, stats, len(mb.actions))
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value
                 updates += 1
@@ -237,6 +240,16 @@ class PPO(OnPolicyAgent):
             "diag/ent_coef": ent_coef,
         })
         return metrics
+
+    def _minibatch_step(self, mb, coefs: torch.Tensor, learn_entropy: bool) -> dict[str, torch.Tensor]:
+        """One minibatch's loss and optimizer step; its stats (a CUDA graph with train.cuda_graphs)."""
+        loss, stats = self.minibatch_loss(mb, coefs, learn_entropy)
+        return self._optimize(loss, stats, len(mb.actions))
+
+    def _optimize(self, loss: torch.Tensor, stats: dict, samples: int) -> dict[str, torch.Tensor]:
+        """The optimizer's step on `loss`; `stats` with the gradient norm before clipping (for the monitors)."""
+        norm = self.optimizer.update(loss, stats, samples=samples)
+        return stats if norm is None else {**stats, "diag/grad_norm": norm.detach()}
 
     def _minibatch_loss(self, mb, coefs: torch.Tensor, learn_entropy: bool) -> tuple[torch.Tensor, dict]:
         """The loss of one minibatch and its stats, from the policy's forward pass on it (compiled with
