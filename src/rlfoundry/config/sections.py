@@ -280,8 +280,8 @@ class TrainConfig(StrictModel):
         "\"Threads, precision and compilation\"); resolved once and kept on resume.",
     )
     cuda_graphs: bool | Literal["auto"] = Field(
-        "auto", description="On CUDA, capture each steady-state gradient step (SAC, TD3, DDPG, DQN) in a CUDA graph "
-        "and replay it: one launch instead of hundreds. auto: for the algorithms where it was measured to pay (the "
+        "auto", description="On CUDA, capture each steady-state gradient step (SAC, TD3, DDPG, DQN; PPO's minibatch "
+        "step) in a CUDA graph and replay it: one launch instead of hundreds. auto: where it was measured to pay (the "
         "README's \"Threads, precision and compilation\"); off on the CPU, with train.debug, and across processes. "
         "Resolved once and kept on resume.",
     )
