@@ -47,11 +47,11 @@ def test_an_explicit_thread_count_wins():
     (CNN, AVX2, CPU, "fp32"),  # no native bf16
     (CNN, AMX, CPU, "bf16"),
     (MLP, AMX, CPU, "fp32"),  # native, but nothing for bf16 to speed up
-    (CNN, H100, CUDA, "bf16"),
+    (CNN, H100, CUDA, "fp32"),  # native, but measured slower than fp32 on an H100 (Breakout PPO)
     (CNN, T4, CUDA, "fp32"),
     (CNN, T4, CPU, "fp32"),
 ])
-def test_auto_precision_is_bf16_only_where_it_is_native(network, machine, device, expected):
+def test_auto_precision_is_bf16_only_on_cpus_where_it_is_native(network, machine, device, expected):
     assert hardware.resolve_precision("auto", device, network, machine) == (expected, None)
 
 

@@ -271,7 +271,8 @@ class TrainConfig(StrictModel):
         "auto",
         description="bf16: mixed precision, convolutions and large matmuls autocast to bfloat16 (weights, optimizer, "
         "losses and stored rollouts stay fp32); fast only with native bf16 (CPUs with AVX-512 BF16 or AMX, recent "
-        "GPUs), emulated and about 10x slower elsewhere. auto: bf16 for image encoders on such hardware, else fp32.",
+        "GPUs), emulated and about 10x slower elsewhere. auto: bf16 for image encoders on such CPUs, else fp32 (on CUDA "
+        "fp32 was measured faster).",
     )
 
     compile: bool | Literal["auto"] = Field(
