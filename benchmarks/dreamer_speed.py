@@ -37,8 +37,9 @@ KINDS = {
 }
 
 
-def build(size: str, kind: str, device: torch.device) -> Dreamer:
-    cfg = load_config("MountainCarContinuous-v0:dreamer", [f"algo.size={size}", "train.total_timesteps=100000"])
+def build(size: str, kind: str, device: torch.device, graphs: bool = False) -> Dreamer:
+    cfg = load_config("MountainCarContinuous-v0:dreamer", [f"algo.size={size}", "train.total_timesteps=100000",
+                                                           f"train.cuda_graphs={str(graphs).lower()}"])
     obs_space, action_space = KINDS[kind]
     spec = EnvInfo(id=f"{kind}-stand-in", num_envs=1, observation_space=obs_space, action_space=action_space,
                    vectorization="sync")
@@ -74,7 +75,8 @@ def matmul_gflops(device: torch.device, seconds: float = 2.0) -> float:
 
 
 def measure(agent: Dreamer, seconds: float) -> float:
-    agent.update()  # warm-up
+    for _ in range(5):  # warm-up (with CUDA graphs: 3 eager updates, then the capture)
+        agent.update()
     synchronize(agent.device)
     count, start = 0, time.perf_counter()
     while count < 2 or time.perf_counter() - start < seconds:
@@ -101,6 +103,7 @@ def main() -> None:
     parser.add_argument("--ratio", type=float, default=1024.0, help="train ratio for the env steps/s column")
     parser.add_argument("--profile", action="store_true", help="print torch's profile of 3 updates per row")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the replay stays on the CPU)")
+    parser.add_argument("--cuda-graphs", action="store_true", help="also each row with the update in a CUDA graph")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
@@ -113,12 +116,14 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for size in args.sizes.split(","):
         for kind in args.kinds.split(","):
-            agent = build(size, kind, device)
-            flops = update_flops(agent)
-            rate = measure(agent, args.seconds)
-            bound = peak * 1e9 / flops
-            print(f"| {size} | {kind} | {flops / 1e9:.1f} | {rate:.2f} | {bound:.2f} | {rate / bound:.2f} | "
-                  f"{rate * 1024 / args.ratio:.2f} |", flush=True)
+            for graphs in (False, True) if args.cuda_graphs else (False,):
+                agent = build(size, kind, device, graphs)
+                flops = update_flops(agent)
+                rate = measure(agent, args.seconds)
+                bound = peak * 1e9 / flops
+                label = f"{kind}, CUDA graphs" if graphs else kind
+                print(f"| {size} | {label} | {flops / 1e9:.1f} | {rate:.2f} | {bound:.2f} | {rate / bound:.2f} | "
+                      f"{rate * 1024 / args.ratio:.2f} |", flush=True)
             if args.profile:
                 with torch.profiler.profile() as prof:
                     for _ in range(3):

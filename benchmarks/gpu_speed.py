@@ -7,7 +7,7 @@ Rows, in the order they run (a row that would start after --budget seconds is li
   PPO Breakout at 8 envs (graphed minibatch steps and eager) and 64 envs (the preset, sticky actions off as SB3's
     NoFrameskip-v4), PPO HalfCheetah-v5 (the preset: the zoo's tuned entry; graphed and eager), each beside SB3 with
     the same settings;
-  DreamerV3 size1m and size12m updates/s on pixels (benchmarks/dreamer_speed.py).
+  DreamerV3 size1m and size12m updates/s on pixels, eager and graphed (benchmarks/dreamer_speed.py).
 steps/s = env steps / wall time of `train` (construction excluded; warm-up and graph capture included); no
 evaluation. Each figure is one run: on a quiet GPU the spread between runs is a few percent.
 
@@ -162,7 +162,7 @@ def dreamer_rows(device: str, seconds: float) -> list[str]:
     """DreamerV3's updates/s from benchmarks/dreamer_speed.py, its table lines as printed."""
     script = Path(__file__).with_name("dreamer_speed.py")
     out = subprocess.run([sys.executable, str(script), "--device", device, "--sizes", "size1m,size12m", "--kinds",
-                          "pixels", "--seconds", str(seconds), "--threads", "4"], capture_output=True, text=True)
+                          "pixels", "--seconds", str(seconds), "--threads", "4"] + (["--cuda-graphs"] if device == "cuda" else []), capture_output=True, text=True)
     return [line for line in out.stdout.splitlines() if line.startswith("|")] or [out.stderr[-2000:]]
 
 

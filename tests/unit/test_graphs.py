@@ -83,6 +83,42 @@ def test_ppo_minibatch_steps_run_20_updates_without_a_host_read(spec_name):
     assert all(torch.isfinite(value) for value in stats.values()) and "diag/grad_norm" in stats
 
 
+TINY_DREAMER = ["algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.model.rssm.blocks=4",
+                "algo.model.units=32", "algo.units=32", "algo.batch_size=4", "algo.batch_length=8",
+                "algo.train_ratio=16", "algo.collect_steps=8"]
+
+
+def filled_dreamer(spec_name: str, device: str = "cpu", overrides: list[str] = ()):
+    """A tiny DreamerV3 agent that has collected 64 steps (and taken its first updates)."""
+    cfg = load_config(spec_name, [f"train.device={device}", *TINY_DREAMER, *overrides])
+    envs, spec = make(cfg.env, 1)
+    torch.manual_seed(0)
+    agent = algorithm("dreamer")(cfg, spec, Runtime.of(cfg.train, device))
+    while len(agent.replay) < 64:
+        agent.iterate(envs, 0.0)
+    envs.close()
+    return agent
+
+
+@pytest.mark.parametrize("spec_name", ["MountainCarContinuous-v0:dreamer", "CartPole-v1:dreamer"])
+def test_dreamer_gradient_steps_run_20_updates_without_a_host_read(spec_name):
+    """The whole DreamerV3 update (world model, imagination, actor-critic, LaProp as on CUDA, slow critic); the
+    replay's sampling and the latents written back stay outside it."""
+    from rlfoundry.world_models.latent import time_major
+
+    agent = filled_dreamer(spec_name)
+    for group in agent.optimizer.param_groups:
+        group["capturable"] = True  # LaProp's CUDA path, here on the CPU
+    algo = agent.algo
+    for _ in range(20):
+        batch = agent.replay.sample(algo.batch_size, algo.batch_length, agent.rng)
+        context = torch.as_tensor(batch.latents[:, 0] * batch.has_latent[:, 0, None])
+        with no_host_syncs():
+            out = agent.gradient_step(*time_major(batch, agent.device), context)
+    assert torch.isfinite(out["loss/total"]) and out["feats"].shape[:2] == (algo.batch_length, algo.batch_size)
+    assert agent.graphs and not agent.graphs_by_default
+
+
 def test_cuda_graphs_resolve_by_device_algorithm_debug_and_processes():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert hardware.resolve_cuda_graphs("auto", "sac", cpu, False, 1) == (False, None)
@@ -96,7 +132,7 @@ def test_cuda_graphs_resolve_by_device_algorithm_debug_and_processes():
     assert not on and "processes" in warning
     assert hardware.resolve_cuda_graphs(True, "td3", cuda, False, 1) == (True, None)
     assert hardware.resolve_cuda_graphs(False, "td3", cuda, False, 1) == (False, None)
-    for name in ("sac", "td3", "ddpg", "dqn", "ppo"):  # auto: what the GPU measurements found to pay
+    for name in ("sac", "td3", "ddpg", "dqn", "ppo", "dreamer"):  # auto: what the GPU measurements found to pay
         assert hardware.resolve_cuda_graphs("auto", name, cuda, False, 1)[0] is algorithm(name).graphs_by_default
 
 

@@ -124,3 +124,24 @@ def test_ppo_minibatch_graphs_replay_equal_to_eager(spec_name):
         for mb in batches:
             agent.minibatch_step(mb, coefs, True)
     torch.testing.assert_close(agents[1].optimizer.flat, agents[0].optimizer.flat, rtol=0.0, atol=0.0)
+
+
+@pytest.mark.parametrize("spec_name", ["MountainCarContinuous-v0:dreamer", "CartPole-v1:dreamer"])
+def test_dreamer_graph_replay_equals_eager(spec_name):
+    """30 DreamerV3 updates of a tiny model (after those the filling took), graphed and eager, from the same start."""
+    from tests.unit.test_graphs import filled_dreamer
+
+    agents = [filled_dreamer(spec_name, "cuda", [f"train.cuda_graphs={flag}"]) for flag in ("false", "true")]
+    assert agents[1].runtime.cuda_graphs and agents[0].updates == agents[1].updates > 0
+    sums = []
+    for agent in agents:
+        torch.cuda.manual_seed(7)
+        total = 0.0
+        for _ in range(30):
+            total = total + agent.update()["loss/world_model"]
+        sums.append(float(total))
+    for part in ("model", "policy", "critic"):
+        want, have = agents[0].state_dict()[part], agents[1].state_dict()[part]
+        for key in want:
+            torch.testing.assert_close(have[key], want[key], rtol=1e-4, atol=1e-5, msg=f"{part}.{key}")
+    assert sums[1] == pytest.approx(sums[0], rel=1e-4)

@@ -58,3 +58,27 @@ def test_laprop_state_round_trips():
         model(x).square().sum().backward()
         opt.step()
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_the_capturable_path_matches_the_update_written_out_and_resumes_either_way():
+    """capturable (the step count and the corrections on the parameters' device, as a CUDA graph needs them): the
+    same update to float32 rounding of the corrections; a checkpoint of either kind loads into the other."""
+    rng = np.random.default_rng(1)
+    start = [rng.normal(size=(4, 3)), rng.normal(size=5) * 0.01]
+    grads = [[rng.normal(size=p.shape) for p in start] for _ in range(6)]
+    tensors = [torch.tensor(p, requires_grad=True) for p in start]
+    optimizer = LaProp(tensors, lr=0.1, warmup=3, capturable=True)
+    for step_grads in grads[:3]:
+        for tensor, g in zip(tensors, step_grads):
+            tensor.grad = torch.tensor(g)
+        optimizer.step()
+    plain = LaProp([torch.tensor(p, requires_grad=True) for p in start], lr=0.1, warmup=3)
+    plain.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+    assert not plain.param_groups[0]["capturable"] and float(plain.state[plain.param_groups[0]["params"][0]]["step"]) == 3
+    for step_grads in grads[3:]:
+        for tensor, g in zip(tensors, step_grads):
+            tensor.grad = torch.tensor(g)
+        optimizer.step()
+    expected = reference(start, grads, lr=0.1, warmup=3)
+    for tensor, p in zip(tensors, expected):
+        assert np.allclose(tensor.detach().numpy(), p, rtol=1e-6, atol=1e-9)

@@ -143,6 +143,7 @@ def policy_distribution(out: torch.Tensor, discrete: bool, min_std: float, max_s
 class Dreamer(LatentAgent):
     name = "dreamer"
     config = DreamerConfig
+    graphs = True  # the whole update (not yet measured on a GPU: train.cuda_graphs=auto leaves it eager)
     # its model size as given, windows of 2 × 8 steps, updates from the 8th step on, 1 per 16 env steps
     smoke = ("algo.batch_size=2", "algo.batch_length=8", "algo.train_ratio=1", "algo.collect_steps=16")
 
@@ -163,7 +164,11 @@ class Dreamer(LatentAgent):
                                     output_layer(algo.units, algo.model.bins, 0.0)).to(device)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         params = [*self.model.parameters(), *self.policy.parameters(), *self.critic.parameters()]
-        self.optimizer = LaProp(params, lr=algo.lr, eps=1e-20, agc=algo.agc, warmup=algo.warmup)
+        self.optimizer = LaProp(params, lr=algo.lr, eps=1e-20, agc=algo.agc, warmup=algo.warmup,
+                                capturable=device.type == "cuda")
+        self.slow_params: list[torch.Tensor] = list(self.slow_critic.parameters())
+        self.critic_params: list[torch.Tensor] = list(self.critic.parameters())
+        self.graphed_step = runtime.graphed(self.gradient_step)
         self.retnorm = PercentileScale()
         capacity = min(algo.replay_size, cfg.train.total_timesteps + spec.num_envs)
         capacity = max(capacity, spec.num_envs * (algo.batch_length + 2))
@@ -228,9 +233,24 @@ class Dreamer(LatentAgent):
     def update(self) -> dict[str, torch.Tensor]:
         algo = self.algo
         batch = self.replay.sample(algo.batch_size, algo.batch_length, self.rng)
-        obs, actions, rewards, is_first, is_terminal = time_major(batch, self.device)
         # only the context row's stored state is used: zeros where the agent had none there
         context = torch.as_tensor(batch.latents[:, 0] * batch.has_latent[:, 0, None], device=self.device)
+        out = self.graphed_step(*time_major(batch, self.device), context)
+        feats, loss = out.pop("feats"), out.pop("loss/total")
+        latents = feats.transpose(0, 1).cpu().numpy()  # (the host waits for the step here)
+        if not torch.isfinite(loss):  # checked after the step, which a graph holds with the loss
+            raise FloatingPointError(f"DreamerV3 loss is {loss.item()} at update {self.updates + 1}: "
+                                     + ", ".join(f"{k} {float(v):.4g}" for k, v in out.items()))
+        self.updates += 1
+        self.replay.write_latents(batch.rows + 1, batch.envs, latents)
+        return out
+
+    def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, is_first: torch.Tensor,
+                      is_terminal: torch.Tensor, context: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One update on a replayed batch (time-major [L+1, N, ...]) from the context states [N, F]: world model,
+        imagination, actor-critic and replay value losses, one LaProp step, the slow critic (a CUDA graph with
+        train.cuda_graphs). Its metrics, the total loss (`loss/total`) and the posterior features (`feats`)."""
+        algo = self.algo
         rssm = self.model.rssm
         terms, states = self.model.loss(rssm.state_of(context), obs[1:], rssm.action_input(actions[:-1]),
                                         rewards[1:], is_first[1:], is_terminal[1:], self.gamma)
@@ -241,20 +261,15 @@ class Dreamer(LatentAgent):
                                               is_terminal[1:])
         wm_loss = terms["loss"].mean()
         loss = wm_loss + policy_loss + value_loss + algo.repval * repval_loss
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"DreamerV3 loss is {loss.item()} at update {self.updates + 1}: "
-                                     + ", ".join(f"{k} {v.mean().item():.4g}" for k, v in terms.items()))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         with torch.no_grad():
-            for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters()):
-                slow.lerp_(fast, algo.slow_rate)
-        self.updates += 1
-        self.replay.write_latents(batch.rows + 1, batch.envs, feats.detach().transpose(0, 1).cpu().numpy())
+            torch._foreach_lerp_(self.slow_params, self.critic_params, algo.slow_rate)
         out = {f"loss/{name}": value.detach().mean() for name, value in terms.items() if name != "loss"}
         out.update({"loss/world_model": wm_loss.detach(), "loss/policy": policy_loss.detach(),
-                    "loss/value": value_loss.detach(), "loss/repval": repval_loss.detach(), **stats})
+                    "loss/value": value_loss.detach(), "loss/repval": repval_loss.detach(), **stats,
+                    "loss/total": loss.detach(), "feats": feats.detach()})
         return out
 
     @torch.no_grad()

@@ -16,7 +16,6 @@ Hafner et al. 2019 (PlaNet, arXiv:1811.04551).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Independent, Normal
 
@@ -88,8 +87,13 @@ def straight_through_sample(logits: torch.Tensor, generator: torch.Generator | N
     with torch.no_grad():
         u = torch.rand(*probs.shape[:-1], 1, generator=generator, device=probs.device, dtype=probs.dtype)
         index = (probs.cumsum(-1) < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
-        one_hot = F.one_hot(index, probs.shape[-1]).to(probs.dtype)
-    return one_hot + probs - probs.detach()
+    return one_hot(index, probs.shape[-1], probs.dtype) + probs - probs.detach()
+
+
+def one_hot(index: torch.Tensor, classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[...] class indices -> [..., classes] one-hot vectors. Unlike F.one_hot it reads no index on the host (F.one_hot
+    checks their range there), so a CUDA graph can hold it; an index outside [0, classes) is the caller's error."""
+    return torch.zeros(*index.shape, classes, dtype=dtype, device=index.device).scatter_(-1, index.unsqueeze(-1), 1.0)
 
 
 def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:

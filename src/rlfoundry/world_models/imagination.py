@@ -48,7 +48,7 @@ class PercentileScale:
             self.averages, self.quantiles = self.averages.to(returns.device), self.quantiles.to(returns.device)
         if update:
             found = torch.quantile(returns.detach().float().flatten(), self.quantiles)
-            self.averages = (1 - self.rate) * self.averages + self.rate * found
+            self.averages.mul_(1 - self.rate).add_(self.rate * found)  # in place: a CUDA graph updates this tensor
         return (self.averages[1] - self.averages[0]).clamp(min=self.limit)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

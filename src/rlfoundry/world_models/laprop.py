@@ -9,6 +9,8 @@ Per parameter tensor θ with gradient g, at update t = 1, 2, ...:
     lr_t = lr · min(t - 1, warmup) / warmup             (the first update moves nothing, as in the reference)
 
 The state (`step`, `nu`, `mu`) round-trips through `state_dict`. The per-tensor loops are torch's foreach kernels.
+`capturable`: the step count lives on the parameters' device and the learning rate and bias corrections are
+computed there (in float64, then in the parameters' dtype), so a CUDA graph can replay the step.
 """
 
 from __future__ import annotations
@@ -18,8 +20,20 @@ import torch
 
 class LaProp(torch.optim.Optimizer):
     def __init__(self, params, lr: float = 4e-5, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-20,
-                 agc: float = 0.3, pmin: float = 1e-3, warmup: int = 1000):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, agc=agc, pmin=pmin, warmup=warmup))
+                 agc: float = 0.3, pmin: float = 1e-3, warmup: int = 1000, capturable: bool = False):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, agc=agc, pmin=pmin, warmup=warmup,
+                                      capturable=capturable))
+
+    def load_state_dict(self, state_dict) -> None:
+        """The saved state, computed from here on as this optimizer is set (`capturable` or not): a checkpoint from
+        a run with or without CUDA graphs resumes in either."""
+        capturable = [group["capturable"] for group in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, flag in zip(self.param_groups, capturable, strict=True):
+            group["capturable"] = flag
+            for p in group["params"]:
+                if "step" in self.state.get(p, {}):
+                    self.state[p]["step"] = self.state[p]["step"].to(p.device if flag else "cpu", torch.float32)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -32,7 +46,8 @@ class LaProp(torch.optim.Optimizer):
             for p in params:
                 state = self.state[p]
                 if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["step"] = torch.zeros((), dtype=torch.float32,
+                                                device=p.device if group["capturable"] else "cpu")
                     state["nu"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["mu"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             beta1, beta2 = group["betas"]
@@ -41,20 +56,32 @@ class LaProp(torch.optim.Optimizer):
                 param_norms = torch.stack(torch._foreach_norm(params)).clamp(min=group["pmin"])
                 factors = (grad_norms / (group["agc"] * param_norms)).clamp(min=1).reciprocal()
                 grads = torch._foreach_mul(grads, list(factors.unbind()))
-            step = float(self.state[params[0]]["step"]) + 1
-            for p in params:
-                self.state[p]["step"].fill_(step)
+            steps = [self.state[p]["step"] for p in params]
+            step: float | torch.Tensor
+            if group["capturable"]:  # the corrections in float64 on the device, then in the parameters' dtype
+                torch._foreach_add_(steps, 1.0)
+                step = steps[0].double()
+            else:  # on the host, in float64
+                step = float(steps[0]) + 1
+                for count in steps:
+                    count.fill_(step)
             nus = [self.state[p]["nu"] for p in params]
             mus = [self.state[p]["mu"] for p in params]
             torch._foreach_mul_(nus, beta2)
             torch._foreach_addcmul_(nus, grads, grads, value=1 - beta2)
-            denom = torch._foreach_div(nus, 1 - beta2**step)
+            bias2 = 1 - beta2**step
+            denom = torch._foreach_div(nus, bias2.to(params[0].dtype) if isinstance(bias2, torch.Tensor) else bias2)
             torch._foreach_sqrt_(denom)
             torch._foreach_add_(denom, group["eps"])
             updates = torch._foreach_div(grads, denom)
             torch._foreach_mul_(mus, beta1)
             torch._foreach_add_(mus, updates, alpha=1 - beta1)
-            lr = group["lr"] * (min(step - 1, group["warmup"]) / group["warmup"] if group["warmup"] else 1.0)
+            warmup = group["warmup"]
+            if isinstance(step, torch.Tensor):
+                scale = group["lr"] * ((step - 1).clamp(max=warmup) / warmup if warmup else 1.0) / (1 - beta1**step)
+                torch._foreach_sub_(params, torch._foreach_mul(mus, scale.to(params[0].dtype)))
+                continue
+            lr = group["lr"] * (min(step - 1, warmup) / warmup if warmup else 1.0)
             if lr:
                 torch._foreach_add_(params, mus, alpha=-lr / (1 - beta1**step))
         return loss

@@ -102,7 +102,7 @@ class RSSM(nn.Module):
     def action_input(self, actions: torch.Tensor) -> torch.Tensor:
         """Actions as the core reads them: one-hots of discrete actions, continuous ones divided by max(1, |a|)."""
         if self.discrete_actions:
-            return F.one_hot(actions.long(), self.action_size).float()
+            return dists.one_hot(actions.long(), self.action_size)
         actions = actions.float()
         return actions / actions.abs().clamp(min=1).detach()
 
