@@ -191,3 +191,31 @@ def test_train_deterministic_turns_deterministic_kernels_on_for_its_run_only(tmp
     finally:
         torch.use_deterministic_algorithms(False)
     assert seen == [True, False]
+
+
+def filled_planet(device: str = "cpu", overrides: list[str] = ()):
+    """A tiny PlaNet agent whose replay holds a window to train on."""
+    cfg = load_config("rlfoundry/Reach-v0:planet", [
+        f"train.device={device}", *overrides, "algo.model.rssm.deter=32", "algo.model.rssm.hidden=32", "algo.model.rssm.stoch=8",
+        "algo.model.units=32", "algo.batch_size=4", "algo.batch_length=8", "algo.seed_episodes=2",
+        "algo.candidates=20", "algo.top_k=5", "algo.iterations=2", "algo.plan_horizon=4", "algo.collect_steps=8"])
+    envs, spec = make(cfg.env, 1)
+    torch.manual_seed(0)
+    agent = algorithm("planet")(cfg, spec, Runtime.of(cfg.train, device))
+    while agent.replay.starts(agent.algo.batch_length - 1) == 0:
+        agent.iterate(envs, 0.0)
+    envs.close()
+    return agent
+
+
+def test_planet_gradient_steps_run_20_updates_without_a_host_read():
+    from rlfoundry.world_models.latent import time_major
+
+    agent = filled_planet()
+    # on CUDA its Adam is capturable; the CPU has no capturable Adam, and the fused one reads nothing on the host
+    agent.optimizer = torch.optim.Adam(agent.model.parameters(), lr=agent.algo.lr, fused=True)
+    for _ in range(20):
+        batch = agent.replay.sample(agent.algo.batch_size, agent.algo.batch_length - 1, agent.rng)
+        with no_host_syncs():
+            out = agent.gradient_step(*time_major(batch, agent.device))
+    assert torch.isfinite(out["loss/world_model"]) and agent.graphs

@@ -145,3 +145,17 @@ def test_dreamer_graph_replay_equals_eager(spec_name):
         for key in want:
             torch.testing.assert_close(have[key], want[key], rtol=1e-4, atol=1e-5, msg=f"{part}.{key}")
     assert sums[1] == pytest.approx(sums[0], rel=1e-4)
+
+
+def test_planet_graph_replay_equals_eager():
+    from tests.unit.test_graphs import filled_planet
+
+    agents = [filled_planet("cuda", [f"train.cuda_graphs={flag}"]) for flag in ("false", "true")]
+    assert agents[1].runtime.cuda_graphs
+    for agent in agents:
+        torch.cuda.manual_seed(7)
+        for _ in range(30):
+            agent.update()
+    want, have = agents[0].state_dict()["model"], agents[1].state_dict()["model"]
+    for key in want:
+        torch.testing.assert_close(have[key], want[key], rtol=1e-4, atol=1e-5, msg=key)

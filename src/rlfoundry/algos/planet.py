@@ -102,6 +102,7 @@ class PlaNetConfig(AlgorithmConfig):
 
 class PlaNet(LatentAgent):
     name = "planet"
+    graphs = True  # the world-model update (not yet measured on a GPU: train.cuda_graphs=auto leaves it eager)
     config = PlaNetConfig
     # its model, a small plan (16 candidates, 2 iterations), 2 updates per episode
     smoke = ("algo.batch_size=2", "algo.batch_length=8", "algo.seed_episodes=1", "algo.updates_per_episode=2",
@@ -116,7 +117,10 @@ class PlaNet(LatentAgent):
                               "actions")
         self.action_size = spec.action_space.shape[0]
         self.model = LatentModel(algo.model, spec.obs_shape, self.action_size, False).to(device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=algo.lr, eps=algo.adam_eps)
+        # capturable on CUDA: a graph can hold its step (its lr is a constant)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=algo.lr, eps=algo.adam_eps,
+                                          capturable=self.device.type == "cuda")
+        self.graphed_step = runtime.graphed(self.gradient_step)
         capacity = max(min(algo.replay_size, cfg.train.total_timesteps + spec.num_envs),
                        spec.num_envs * (algo.batch_length + 2))
         with sized_by("algo.replay_size", capacity):
@@ -181,20 +185,27 @@ class PlaNet(LatentAgent):
         # windows of batch_length steps: the replay's context row is the first observed step here (PlaNet starts
         # every window from the zero state, with the action before its first step unknown, i.e. zero)
         batch = self.replay.sample(algo.batch_size, algo.batch_length - 1, self.rng)
-        obs, actions, rewards, is_first, is_terminal = time_major(batch, self.device)
+        out = self.graphed_step(*time_major(batch, self.device))
+        loss = out["loss/world_model"]
+        if not torch.isfinite(loss):  # checked after the step, which a graph holds with the loss
+            raise FloatingPointError(f"PlaNet loss is {loss.item()} at update {self.updates + 1}: "
+                                     + ", ".join(f"{k} {float(v):.4g}" for k, v in out.items()))
+        self.updates += 1
+        return out
+
+    def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, is_first: torch.Tensor,
+                      is_terminal: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One world-model step on a replayed batch (time-major [L, N, ...]): the loss, clipped gradients, Adam (a
+        CUDA graph with train.cuda_graphs). Its metrics."""
         prev = torch.cat([torch.zeros_like(actions[:1]), actions[:-1]])
         rssm = self.model.rssm
-        terms, _ = self.model.loss(rssm.initial(algo.batch_size, self.device), obs, rssm.action_input(prev), rewards,
-                                   is_first, is_terminal, 1.0)
+        terms, _ = self.model.loss(rssm.initial(self.algo.batch_size, self.device), obs, rssm.action_input(prev),
+                                   rewards, is_first, is_terminal, 1.0)
         loss = terms["loss"].mean()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"PlaNet loss is {loss.item()} at update {self.updates + 1}: "
-                                     + ", ".join(f"{k} {v.mean().item():.4g}" for k, v in terms.items()))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), algo.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algo.max_grad_norm)
         self.optimizer.step()
-        self.updates += 1
         out = {f"loss/{name}": value.detach().mean() for name, value in terms.items() if name != "loss"}
         out.update({"loss/world_model": loss.detach(), "diag/grad_norm": grad_norm})
         return out

@@ -282,7 +282,7 @@ class TrainConfig(StrictModel):
     )
     cuda_graphs: bool | Literal["auto"] = Field(
         "auto", description="On CUDA, capture each steady-state gradient step (SAC, TD3, DDPG, DQN; PPO's minibatch "
-        "step; DreamerV3's update) in a CUDA graph and replay it: one launch instead of hundreds. auto: where it was measured to pay (the "
+        "step; DreamerV3's and PlaNet's updates) in a CUDA graph and replay it: one launch instead of hundreds. auto: where it was measured to pay (the "
         "README's \"Threads, precision and compilation\"); off on the CPU, with train.debug, and across processes. "
         "Resolved once and kept on resume.",
     )
