@@ -9,8 +9,8 @@ capture holds the forward passes, the backward passes, the Adam steps and the ta
 
 What a step must be to be captured: a function of tensors returning a dict of tensors, with fixed shapes, no host
 sync (`.item()`, `float(t)`, `bool(t)`, `.cpu()`), no Python branch on a tensor's value and no Python state it
-changes (a counter it increments would count once, at capture); its optimizers capturable, their learning rates
-device tensors (`rlfoundry.algos.optim`). `no_host_syncs` checks the first two on any device, the CPU included.
+changes (a counter it increments would count once, at capture); its optimizers capturable, with a learning rate
+that a schedule changes held in a device tensor (`rlfoundry.algos.optim`). `no_host_syncs` checks the first two on any device, the CPU included.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ Step = Callable[..., dict[str, torch.Tensor]]
 _SYNCING = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive",
             "unique_dim", "repeat_interleave", "equal", "is_nonzero"}
 
+# Indexing operators: with a boolean mask among the indices, their shape depends on the mask's values.
 _INDEXING = {"index", "index_put", "index_put_", "_index_put_impl_"}
 
 
