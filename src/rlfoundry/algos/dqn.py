@@ -95,7 +95,6 @@ class DQN(OffPolicyAgent):
         self.next_target_update = algo.target_update_interval
         self.epsilon = algo.exploration_initial_eps
         runtime.compile_modules(self.q, self.target)
-        self.to_device = runtime.to_device()
         self.graphed_step = runtime.graphed(self.gradient_step)
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
@@ -133,16 +132,15 @@ class DQN(OffPolicyAgent):
             batch = self.replay.sample(algo.batch_size, self.rng)
         stats = self.graphed_step(*self.to_device(batch.obs, batch.actions, batch.next_obs, batch.rewards,
                                                   batch.discounts, batch.weights))
-        errors = stats.pop("td_error")
         if algo.prioritized:
             assert isinstance(self.replay, PrioritizedReplayBuffer)
-            self.replay.update_priorities(batch.indices, errors.cpu().numpy())
+            self.replay.update_priorities(batch.indices, stats.pop("td_error").cpu().numpy())
         return stats
 
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
                       discounts: torch.Tensor, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One step of the Q-network on a batch (a CUDA graph: `Runtime.graphed`); its metrics, and each
-        transition's |TD error| under `td_error` (the priorities)."""
+        """One step of the Q-network on a batch (a CUDA graph: `Runtime.graphed`); its metrics, and with prioritised
+        replay each transition's |TD error| under `td_error` (the priorities)."""
         with torch.no_grad(), self.autocast():
             next_q = self.target(next_obs)
             if self.algo.double:
@@ -154,7 +152,9 @@ class DQN(OffPolicyAgent):
             q_taken = self.q(obs).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         loss, stats = dqn_loss(q_taken, targets, weights)
         self.optimizer.update(loss, stats)
-        return {**stats, "td_error": (q_taken.detach() - targets).abs()}
+        if self.algo.prioritized:
+            stats["td_error"] = (q_taken.detach() - targets).abs()
+        return stats
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
         """Greedy actions (ε-greedy with the final ε when not deterministic, drawn from NumPy's global generator,

@@ -179,6 +179,7 @@ class OffPolicyAgent(Agent):
         self.rng = np.random.default_rng(env_seed(cfg.train.seed + 1))
         self.obs: np.ndarray | None = None  # the observation the next step starts from
         self.env_steps = 0
+        self.to_device = runtime.to_device()  # replay samples to the device
 
     def make_replay(self, action_shape: tuple[int, ...], action_dtype, prioritized: bool = False,
                     **extra) -> ReplayBuffer:

@@ -10,7 +10,8 @@ capture holds the forward passes, the backward passes, the Adam steps and the ta
 What a step must be to be captured: a function of tensors returning a dict of tensors, with fixed shapes, no host
 sync (`.item()`, `float(t)`, `bool(t)`, `.cpu()`), no Python branch on a tensor's value and no Python state it
 changes (a counter it increments would count once, at capture); its optimizers capturable, with a learning rate
-that a schedule changes held in a device tensor (`rlfoundry.algos.optim`). `no_host_syncs` checks the first two on any device, the CPU included.
+that a schedule changes held in a device tensor (`rlfoundry.algos.optim`). `no_host_syncs` checks the first two on
+any device, the CPU included.
 """
 
 from __future__ import annotations

@@ -182,7 +182,6 @@ class SAC(OffPolicyAgent):
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
         self.replay = self.make_replay(action_shape, action_dtype)
         runtime.compile_modules(self.actor, self.critic, self.critic_target)
-        self.to_device = runtime.to_device()
         self.graphed_step = runtime.graphed(self.gradient_step)
         self.pool: ActorPool | None = None  # async: the actor processes, started at the first iteration
         self.owed = 0.0  # async: gradient steps owed for the rows received (the fraction carried over)

@@ -22,7 +22,6 @@ Truncation bootstraps and termination does not.
 from __future__ import annotations
 
 import copy
-import functools
 from typing import Any, Literal
 
 import numpy as np
@@ -132,9 +131,7 @@ class TD3(OffPolicyAgent):
         self.high = torch.as_tensor(spec.action_space.high, dtype=torch.float32, device=device)
         self.half_range = (spec.action_space.high - spec.action_space.low) / 2  # the unit of the noises
         self.updates = 0  # gradient steps so far: the actor steps on every policy_delay-th
-        self.to_device = runtime.to_device()
-        self.critic_step = runtime.graphed(functools.partial(self.gradient_step, actor=False))
-        self.full_step = runtime.graphed(functools.partial(self.gradient_step, actor=True))
+        self.graphed_step = runtime.graphed(self.gradient_step)  # two graphs: with and without the actor's step
         runtime.compile_modules(self.actor, self.critic, self.actor_target, self.critic_target)
 
     def schedule(self, progress: float) -> None:
@@ -154,13 +151,12 @@ class TD3(OffPolicyAgent):
         batch = self.replay.sample(self.algo.batch_size, self.rng)
         inputs = self.to_device(batch.obs, batch.actions, batch.next_obs, batch.rewards, batch.discounts)
         self.updates += 1
-        step = self.full_step if self.updates % self.algo.policy_delay == 0 else self.critic_step
-        return step(*inputs)
+        return self.graphed_step(*inputs, self.updates % self.algo.policy_delay == 0)
 
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
                       discounts: torch.Tensor, actor: bool) -> dict[str, torch.Tensor]:
-        """One critic step on a batch and, with `actor`, the actor's step and the target updates (a CUDA graph each:
-        `Runtime.graphed`)."""
+        """One critic step on a batch and, with `actor`, the actor's step and the target updates (a CUDA graph for
+        each value of `actor`: `Runtime.graphed`)."""
         algo = self.algo
         with torch.no_grad(), self.autocast():
             next_actions = self.actor_target(next_obs)

@@ -57,31 +57,32 @@ class LaProp(torch.optim.Optimizer):
                 factors = (grad_norms / (group["agc"] * param_norms)).clamp(min=1).reciprocal()
                 grads = torch._foreach_mul(grads, list(factors.unbind()))
             steps = [self.state[p]["step"] for p in params]
-            step: float | torch.Tensor
-            if group["capturable"]:  # the corrections in float64 on the device, then in the parameters' dtype
+            lr, warmup = group["lr"], group["warmup"]
+            bias2: float | torch.Tensor  # 1 - β2^t, and the step size lr_t / (1 - β1^t)
+            scale: float | torch.Tensor
+            if group["capturable"]:  # on the device: float64, then the parameters' dtype
                 torch._foreach_add_(steps, 1.0)
-                step = steps[0].double()
+                t, dtype = steps[0].double(), params[0].dtype
+                bias2 = (1 - beta2**t).to(dtype)
+                scale = (lr * ((t - 1).clamp(max=warmup) / warmup if warmup else 1.0) / (1 - beta1**t)).to(dtype)
             else:  # on the host, in float64
                 step = float(steps[0]) + 1
                 for count in steps:
                     count.fill_(step)
+                bias2 = 1 - beta2**step
+                scale = lr * (min(step - 1, warmup) / warmup if warmup else 1.0) / (1 - beta1**step)
             nus = [self.state[p]["nu"] for p in params]
             mus = [self.state[p]["mu"] for p in params]
             torch._foreach_mul_(nus, beta2)
             torch._foreach_addcmul_(nus, grads, grads, value=1 - beta2)
-            bias2 = 1 - beta2**step
-            denom = torch._foreach_div(nus, bias2.to(params[0].dtype) if isinstance(bias2, torch.Tensor) else bias2)
+            denom = torch._foreach_div(nus, bias2)
             torch._foreach_sqrt_(denom)
             torch._foreach_add_(denom, group["eps"])
             updates = torch._foreach_div(grads, denom)
             torch._foreach_mul_(mus, beta1)
             torch._foreach_add_(mus, updates, alpha=1 - beta1)
-            warmup = group["warmup"]
-            if isinstance(step, torch.Tensor):
-                scale = group["lr"] * ((step - 1).clamp(max=warmup) / warmup if warmup else 1.0) / (1 - beta1**step)
-                torch._foreach_sub_(params, torch._foreach_mul(mus, scale.to(params[0].dtype)))
-                continue
-            lr = group["lr"] * (min(step - 1, warmup) / warmup if warmup else 1.0)
-            if lr:
-                torch._foreach_add_(params, mus, alpha=-lr / (1 - beta1**step))
+            if isinstance(scale, torch.Tensor):
+                torch._foreach_sub_(params, torch._foreach_mul(mus, scale))
+            elif scale:
+                torch._foreach_add_(params, mus, alpha=-scale)
         return loss
