@@ -213,8 +213,9 @@ def alert_cells(run_dir) -> list[str]:
 @pytest.mark.parametrize(("spec", "overrides"), [
     ("CartPole-v1:ppo", ["train.total_timesteps=2560"]),
     # learning from step 500, a gradient step every 2 env steps as the preset, a smaller net: q_mean on 23 rows
+    # (a row per iteration)
     ("CartPole-v1:dqn", ["train.total_timesteps=2000", "algo.learning_starts=500", "algo.train_freq=64",
-                         "algo.gradient_steps=32", "network.hidden_sizes=[64,64]"]),
+                         "algo.gradient_steps=32", "network.hidden_sizes=[64,64]", "logging.every_steps=0"]),
 ], ids=["ppo", "dqn"])
 def test_a_healthy_cartpole_run_raises_no_alert(tmp_path, quiet, spec, overrides, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the runs registry (logging.runs_root) too

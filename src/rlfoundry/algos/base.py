@@ -126,6 +126,8 @@ class Agent(ABC):
     compile_by_default: ClassVar[bool] = False  # train.compile=auto compiles (measured to pay off on long runs)
     graphs: ClassVar[bool] = False  # its steady-state steps go through Runtime.graphed (train.cuda_graphs)
     graphs_by_default: ClassVar[bool] = False  # train.cuda_graphs=auto graphs its steps on CUDA (measured to pay)
+    # logging.every_steps=auto: env steps merged into a metrics row (0: a row per iteration, as for rollouts)
+    row_steps: ClassVar[int] = 0
     monitors: ClassVar[Mapping[str, MonitorRule]] = {}  # default monitors by metric key, with their sources
     smoke: ClassVar[tuple[str, ...]] = ()  # overrides that shrink a run to one short iteration (presets --smoke)
     # Why the trainer's envs are not the ones the agent steps (e.g. they live in actor processes), or None:
@@ -203,4 +205,10 @@ def averaged(steps: int, step: Callable[[], Mapping[str, torch.Tensor | float]])
     for _ in range(steps):
         for key, value in step().items():
             totals[key] = totals.get(key, 0.0) + value
-    return {key: float(value) / steps for key, value in totals.items()}
+    read = dict(totals)
+    tensors = [key for key, value in totals.items() if isinstance(value, torch.Tensor)]
+    if tensors:  # one copy to the host for all of them (float64 holds every value as float() reads it)
+        device = totals[tensors[0]].device
+        stacked = torch.stack([totals[key].detach().reshape(()).to(device, torch.float64) for key in tensors])
+        read.update(zip(tensors, stacked.tolist()))
+    return {key: float(value) / steps for key, value in read.items()}

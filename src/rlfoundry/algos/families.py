@@ -34,6 +34,7 @@ from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.envs import env_seed, frame_stack
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import GreedyActorCritic, build_actor_critic, state_norm
+from rlfoundry.run.rows import ROW_STEPS
 from rlfoundry.world_models.latent import ACTING_KEYS, acting_arrays, restore_acting, to_env_actions
 
 # ---------------------------------------------------------------- on-policy
@@ -172,6 +173,7 @@ class OffPolicyAgent(Agent):
     (seeded from train.seed + 1) draws exploration and replay samples."""
 
     smoke = ("algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16")
+    row_steps = ROW_STEPS  # an iteration is train_freq env steps: a row per step would cost more than the step
     replay: ReplayBuffer  # built by each algorithm's __init__ (`make_replay`)
 
     def __init__(self, cfg, spec, runtime: Runtime):
@@ -264,6 +266,7 @@ class LatentAgent(Agent):
     spaces (`to_env` scales them)."""
 
     compiles = False  # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes (README)
+    row_steps = ROW_STEPS  # an iteration is a few env steps and their updates
     replay: SequenceReplay  # built by each algorithm's __init__
 
     def __init__(self, cfg, spec, runtime: Runtime):

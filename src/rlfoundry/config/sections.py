@@ -9,7 +9,7 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.monitors import MonitorsConfig
@@ -338,6 +338,12 @@ class LoggingConfig(StrictModel):
                                                 "the registry keeps it: `rlfoundry runs list --group NAME`.")
     tensorboard: bool = True
     csv: bool = True
+    every_steps: NonNegativeInt | Literal["auto"] = Field(
+        "auto", description="A metrics row (metrics.csv, TensorBoard, W&B, the console) at most every this many env "
+        "steps: shorter iterations are merged into one row (losses averaged, times and episodes summed); every "
+        "evaluation and the run's end write one too. 0: a row per iteration. auto: 1,000 for off-policy and "
+        "world-model agents (an iteration of a few env steps), a row per rollout for the others; a resumed run keeps "
+        "what it started with.")
     progress: bool = Field(True, description="Rich progress bar with ETA and a metrics table.")
     train_return_window: PositiveInt = Field(100, description="Episodes averaged for train_return_mean.")
     wandb: bool = Field(False, description="Log to Weights & Biases too: the metrics TensorBoard gets, the config, "
@@ -369,6 +375,7 @@ class Provenance(StrictModel):
     precision: str | None = None  # train.precision resolved, kept on resume
     compile: bool | None = None  # train.compile resolved, kept on resume
     cuda_graphs: bool | None = None  # train.cuda_graphs resolved, kept on resume
+    log_every: int | None = None  # logging.every_steps resolved, kept on resume (None: a row per iteration)
     hardware: str | None = None  # the CPU (model, vector extensions), cores and GPU the run started on
     vectorization: str | None = None
     processes: int | None = None  # the run's processes (--nproc, torchrun): a resume runs as many

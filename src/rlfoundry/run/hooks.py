@@ -41,6 +41,7 @@ from rlfoundry.run import debug, distributed
 from rlfoundry.run.evaluate import evaluate
 from rlfoundry.run.monitors import ALERTS, Monitors
 from rlfoundry.run.profiling import IterationProfiler
+from rlfoundry.run.rows import RowWindow
 from rlfoundry.run.seeding import own_random_state, rng_state
 from rlfoundry.run.video import record_video
 from rlfoundry.sinks import CSVSink, TensorBoardSink
@@ -201,14 +202,16 @@ class MonitorAlerts(Callback):
 
 
 class Sinks(Callback):
-    """Each row to metrics.csv, TensorBoard, W&B and the console, and summary.json after an evaluation. The trainer
-    closes the sinks (`sinks`, its list) once the run's end is recorded."""
+    """The rows to metrics.csv, TensorBoard, W&B and the console (one per `every` env steps, each evaluation and the
+    end: `rows.RowWindow`), and summary.json after an evaluation. The trainer closes the sinks (`sinks`, its list)
+    once the run's end is recorded."""
 
-    def __init__(self, sinks: list):
-        self.sinks = sinks
+    def __init__(self, sinks: list, every: int):
+        self.sinks, self.every = sinks, every
 
     def on_start(self, ctx: Context) -> None:
         cfg = ctx.cfg
+        self.window = RowWindow(self.every, ctx.step, ctx.progress.window)
         resume_step = None if ctx.resume is None else ctx.step
         if cfg.logging.csv:
             self.sinks.append(CSVSink(ctx.run_dir / "metrics.csv", resume_step))
@@ -227,10 +230,19 @@ class Sinks(Callback):
         p.wall_time = time.perf_counter() - ctx.start
         recent = float(np.mean(p.recent)) if len(p.recent) else None
         ctx.summary.update(total_steps=p.global_step, train_return_mean=recent, wall_time_s=p.wall_time)
-        for sink in self.sinks:
-            sink.write(p.global_step, row)
+        self._write(ctx, self.window.add(p.global_step, row, final=p.global_step >= ctx.cfg.train.total_timesteps))
         if row.get("eval/return_mean") is not None:
             write_json(ctx.run_dir / "summary.json", ctx.summary)
+
+    def on_end(self, ctx: Context) -> None:
+        if ctx.ending is not None and ctx.ending.status == "finished":  # (a stopped run's checkpoint holds them)
+            self._write(ctx, self.window.pending())
+
+    def _write(self, ctx: Context, row: dict[str, Any] | None) -> None:
+        ctx.progress.window = self.window.state
+        if row is not None:
+            for sink in self.sinks:
+                sink.write(ctx.progress.global_step, row)
 
 
 # ----------------------------------------------------------------------------------------------- stop conditions

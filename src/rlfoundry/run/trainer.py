@@ -153,7 +153,12 @@ class Trainer:
             graphs = started.cuda_graphs and self.device.type == "cuda"
         train = cfg.train.model_copy(update={"torch_threads": threads, "precision": precision, "compile": compile_,
                                              "cuda_graphs": graphs})
-        run_cfg, self.in_process_note = debug.in_process(cfg.model_copy(update={"train": train}))
+        every = cfg.logging.every_steps
+        if every == "auto":  # the algorithm's choice; a run from before the setting wrote a row per iteration
+            every = algorithm(cfg.algo.name).row_steps if started is None else started.log_every or 0
+        logging_cfg = cfg.logging.model_copy(update={"every_steps": every})
+        run_cfg, self.in_process_note = debug.in_process(cfg.model_copy(update={"train": train,
+                                                                                "logging": logging_cfg}))
         return run_cfg, [w for w in (precision_warning, compile_warning, graphs_warning) if w]
 
     def _write_config(self, vectorization: str) -> None:
@@ -162,7 +167,7 @@ class Trainer:
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), versions=self.summary["versions"], git_commit=git["commit"],
             git_dirty=git["dirty"], device=str(self.device), torch_threads=self.run_cfg.train.torch_threads,
             precision=self.run_cfg.train.precision, compile=self.run_cfg.train.compile,
-            cuda_graphs=self.run_cfg.train.cuda_graphs,
+            cuda_graphs=self.run_cfg.train.cuda_graphs, log_every=self.run_cfg.logging.every_steps,
             hardware=self.hardware.describe(), vectorization=vectorization,
             processes=self.group.world if self.group else 1,
         )
@@ -322,7 +327,7 @@ class Trainer:
             *([hooks.InLockstep(self.group, self.run_cfg)] if self.group else []),
             hooks.Evaluation(),
             *([hooks.MonitorAlerts()] if cfg.logging.monitors.enabled else []),
-            hooks.Sinks(sinks),
+            hooks.Sinks(sinks, int(self.run_cfg.logging.every_steps)),  # (resolved: a number)
             self.signal,
             *([hooks.Solved()] if cfg.eval.stop_at_threshold else []),
             hooks.Finished(),
@@ -439,6 +444,7 @@ class Progress:
     wall_time: float
     recent: deque  # returns of the latest training episodes
     pending_row: dict[str, Any] | None = None  # an iteration's row whose evaluation a stop signal cut short
+    window: dict[str, Any] | None = None  # the iterations not yet written as a row (`rows.RowWindow`)
 
     @classmethod
     def start(cls, cfg: ExperimentConfig) -> Progress:

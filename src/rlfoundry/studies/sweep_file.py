@@ -41,7 +41,6 @@ from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.load import SECTIONS, apply_overrides, load_config, read_yaml
 from rlfoundry.experiment.schema import ExperimentConfig
-from rlfoundry.studies import stats
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -49,9 +48,17 @@ if TYPE_CHECKING:
 # The trainer's numbers a sweep can maximise: the summary.json key of a run's final value, and the metrics.csv
 # column of its intermediate ones (the pruner's input).
 METRICS = {"eval_return": ("eval_return_mean", "eval/return_mean")}
+
+
+def _iqm(values) -> float:
+    from rlfoundry.studies import stats  # (scipy.stats takes a second to import: every Ray trial would pay it)
+
+    return float(stats.iqm(np.asarray(values, dtype=float)[:, None]))
+
+
 OBJECTIVES: dict[str, Callable[[list[float]], float]] = {
     "mean": lambda values: float(np.mean(values)),
-    "iqm": lambda values: float(stats.iqm(np.asarray(values, dtype=float)[:, None])),
+    "iqm": _iqm,
     "min": lambda values: float(np.min(values)),
 }
 RESERVED = ("train.seed", "logging.group")  # set by the sweep for every run
