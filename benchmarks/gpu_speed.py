@@ -7,7 +7,8 @@ Rows, in the order they run (a row that would start after --budget seconds is li
   PPO Breakout at 8 envs (graphed minibatch steps and eager) and 64 envs (the preset, sticky actions off as SB3's
     NoFrameskip-v4), PPO HalfCheetah-v5 (the preset: the zoo's tuned entry; graphed and eager), each beside SB3 with
     the same settings;
-  DreamerV3 size1m and size12m updates/s on pixels, eager and graphed (benchmarks/dreamer_speed.py).
+  DreamerV3 size1m and size12m updates/s on pixels, eager and graphed (benchmarks/dreamer_speed.py);
+  SimPLe's simulated env steps/s at MB's published world-model size and the tiny presets' (eager).
 steps/s = env steps / wall time of `train` (construction excluded; warm-up and graph capture included); no
 evaluation. Each figure is one run: on a quiet GPU the spread between runs is a few percent.
 
@@ -142,7 +143,7 @@ ROWS: dict[str, tuple[str, list[tuple[str, Callable[[int, str], dict]]], int]] =
 }
 
 
-DEFAULT_ORDER = ["sac", "td3", "dqn", "ppo-breakout-8", "dreamer", "ppo-breakout-64", "ppo-halfcheetah"]
+DEFAULT_ORDER = ["sac", "td3", "dqn", "ppo-breakout-8", "dreamer", "ppo-breakout-64", "ppo-halfcheetah", "simple"]
 
 
 def describe(device: str) -> str:
@@ -166,13 +167,47 @@ def dreamer_rows(device: str, seconds: float) -> list[str]:
     return [line for line in out.stdout.splitlines() if line.startswith("|")] or [out.stderr[-2000:]]
 
 
+def _timed_steps(env, actions: torch.Tensor, n: int) -> float:
+    """Seconds of `n` steps of `env`, the device's queue drained."""
+    start = time.perf_counter()
+    for _ in range(n):
+        env.step(actions)
+    if actions.is_cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def simple_rows(device: str, seconds: float) -> list[str]:
+    """SimPLe's simulated steps/s (`SimulatedEnv.step` on 16 envs, each env's step counting; random actions) at MB's
+    published world-model size and the tiny presets' size, as benchmarks/simple_speed.py builds them."""
+    from simple_speed import NUM_ACTIONS, SIM_ENVS, SIZES, STACKING, simulated_env
+
+    from rlfoundry.world_models.next_frame import NextFramePredictor
+
+    lines = ["| world model | frames | simulated steps/s |", "|---|---|---:|"]
+    for name in ("published", "tiny"):
+        size = SIZES[name]
+        torch.manual_seed(0)
+        model = NextFramePredictor(size.cfg, NUM_ACTIONS, size.frame, STACKING).to(device).eval()
+        env = simulated_env(model, size.frame)
+        actions = torch.randint(0, NUM_ACTIONS, (SIM_ENVS,), device=device)
+        _timed_steps(env, actions, 3)  # warm-up (cuDNN's choice of kernels)
+        n, wall = 1, _timed_steps(env, actions, 1)
+        while wall < seconds:  # double the count until one timing lasts `seconds`
+            n *= 2
+            wall = _timed_steps(env, actions, n)
+        lines.append(f"| {name} | {'×'.join(map(str, size.frame))} | {SIM_ENVS * n / wall:,.0f} |")
+        print(f"SimPLe simulated steps, {name}: {SIM_ENVS * n / wall:,.0f}/s", flush=True)
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--budget", type=float, default=420.0, help="seconds: later rows are not started")
     parser.add_argument("--scale", type=float, default=1.0, help="times each row's env steps")
     parser.add_argument("--rows", default=",".join(DEFAULT_ORDER), help="comma-separated, of "
-                        + ", ".join([*ROWS, "dreamer"]))
+                        + ", ".join([*ROWS, "dreamer", "simple"]))
     parser.add_argument("--out", type=Path, help="also write the table (markdown) here")
     args = parser.parse_args()
     global LEARNING_STARTS
@@ -182,7 +217,7 @@ def main() -> int:
     print(header, flush=True)
     lines = [header, "", "| workload | framework | env steps | steps/s | vs SB3 |", "|---|---|---:|---:|---:|"]
     for name in args.rows.split(","):
-        if name == "dreamer":
+        if name in ("dreamer", "simple"):
             continue
         title, runners, steps = ROWS[name]
         steps = max(256, int(steps * args.scale))
@@ -206,6 +241,10 @@ def main() -> int:
         left = args.budget - (time.perf_counter() - start)
         lines += ["", "DreamerV3 (benchmarks/dreamer_speed.py, pixels):", ""]
         lines += dreamer_rows(args.device, 5.0 * max(args.scale, 0.2)) if left > 30 else ["not run (budget)"]
+    if "simple" in args.rows.split(","):
+        left = args.budget - (time.perf_counter() - start)
+        lines += ["", "SimPLe simulated steps (SimulatedEnv, 16 envs, eager):", ""]
+        lines += simple_rows(args.device, 3.0 * max(args.scale, 0.2)) if left > 20 else ["not run (budget)"]
     lines += ["", f"total {time.perf_counter() - start:.0f} s"]
     report = "\n".join(lines)
     print("\n" + report, flush=True)
