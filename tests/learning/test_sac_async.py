@@ -100,7 +100,7 @@ def test_sigterm_stops_an_async_run_which_then_resumes(tmp_path):
     args = ["Pendulum-v1:sac", "--run-dir", str(run), "--total-timesteps", "1500", "algo.async_actors=1",
             "algo.learning_starts=200", "network.hidden_sizes=[64,64]", "checkpoint.every_steps=200",
             "eval.every_steps=0", "eval.episodes=1", "eval.stop_at_threshold=false", "logging.progress=false",
-            "logging.tensorboard=false", "train.device=cpu"]
+            "logging.tensorboard=false", "train.device=cpu", "logging.every_steps=0"]  # a row per iteration: read below
     env = {**os.environ, "NO_COLOR": "1"}
     proc = subprocess.Popen([*cli, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics, deadline, actors = run / "metrics.csv", time.time() + 120, []
