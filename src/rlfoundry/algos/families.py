@@ -34,8 +34,10 @@ from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.envs import env_seed, frame_stack
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import GreedyActorCritic, build_actor_critic, state_norm
-from rlfoundry.run.rows import ROW_STEPS
 from rlfoundry.world_models.latent import ACTING_KEYS, acting_arrays, restore_acting, to_env_actions
+
+# logging.every_steps=auto for the agents that iterate every few env steps: a metrics row per this many env steps
+ROW_STEPS = 1000
 
 # ---------------------------------------------------------------- on-policy
 

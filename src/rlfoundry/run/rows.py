@@ -23,7 +23,6 @@ from typing import Any
 
 from rlfoundry.config.monitors import ALERTS
 
-ROW_STEPS = 1000  # logging.every_steps "auto"
 EPISODES = "train/episodes"
 POOLED = ("train/episode_return", "train/episode_length")  # means over episodes: weighted by the episodes
 LATEST = ("wall_time", "sps_run", "train/return_mean", "diag/replay_size")
