@@ -205,10 +205,9 @@ def averaged(steps: int, step: Callable[[], Mapping[str, torch.Tensor | float]])
     for _ in range(steps):
         for key, value in step().items():
             totals[key] = totals.get(key, 0.0) + value
-    read = dict(totals)
     tensors = [key for key, value in totals.items() if isinstance(value, torch.Tensor)]
     if tensors:  # one copy to the host for all of them (float64 holds every value as float() reads it)
         device = totals[tensors[0]].device
         stacked = torch.stack([totals[key].detach().reshape(()).to(device, torch.float64) for key in tensors])
-        read.update(zip(tensors, stacked.tolist()))
-    return {key: float(value) / steps for key, value in read.items()}
+        totals.update(zip(tensors, stacked.tolist()))
+    return {key: float(value) / steps for key, value in totals.items()}

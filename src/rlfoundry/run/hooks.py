@@ -212,6 +212,7 @@ class Sinks(Callback):
     def on_start(self, ctx: Context) -> None:
         cfg = ctx.cfg
         self.window = RowWindow(self.every, ctx.step, ctx.progress.window)
+        ctx.progress.window = self.window.state  # (so checkpoints carry it)
         resume_step = None if ctx.resume is None else ctx.step
         if cfg.logging.csv:
             self.sinks.append(CSVSink(ctx.run_dir / "metrics.csv", resume_step))
@@ -239,7 +240,6 @@ class Sinks(Callback):
             self._write(ctx, self.window.pending())
 
     def _write(self, ctx: Context, row: dict[str, Any] | None) -> None:
-        ctx.progress.window = self.window.state
         if row is not None:
             for sink in self.sinks:
                 sink.write(ctx.progress.global_step, row)

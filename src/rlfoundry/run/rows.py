@@ -40,7 +40,9 @@ class RowWindow:
 
     def __init__(self, every: int, step: int, state: dict[str, Any] | None = None):
         self.every = every
-        self.state: dict[str, Any] = state or {"written": step, "step": step, "rows": 0}
+        self.state: dict[str, Any] = state if state is not None else {}  # changed in place: the progress holds it
+        if not self.state:
+            self._restart(step)
 
     def add(self, step: int, row: dict[str, Any], final: bool = False) -> dict[str, Any] | None:
         s = self.state
@@ -48,9 +50,13 @@ class RowWindow:
         s["step"] = step
         if final or row.get(EVALUATED) is not None or step - s["written"] >= self.every:
             out = self.pending()
-            self.state = {"written": step, "step": step, "rows": 0}
+            self._restart(step)
             return out
         return None
+
+    def _restart(self, step: int) -> None:
+        self.state.clear()
+        self.state.update(written=step, step=step, rows=0)
 
     def pending(self) -> dict[str, Any] | None:
         """The row of the iterations not yet written, or None: one iteration's row as it came, else merged."""
@@ -61,17 +67,15 @@ class RowWindow:
         s = self.state
         s["rows"] += 1
         if s["rows"] == 1:
-            s.update(only=dict(row), sums={}, counts={}, latest={}, alerts=None, episodes=0, pooled={}, steps=0,
-                     seconds=0.0)
+            s.update(only=dict(row), sums={}, counts={}, latest={}, alerts=None, episodes=0, pooled={}, seconds=0.0)
         sps, episodes = row.get("sps") or 0.0, row.get(EPISODES) or 0
-        if steps > 0 and _numeric(sps) and sps > 0:
-            s["steps"] += steps
+        if _numeric(sps) and sps > 0:
             s["seconds"] += steps / sps
         s["episodes"] += episodes
         for key, value in row.items():
             if key == ALERTS:
-                s["alerts"] = (s["alerts"] or []) + [name for name in str(value or "").split()
-                                                     if name not in (s["alerts"] or [])]
+                known = s["alerts"] or []
+                s["alerts"] = known + [name for name in str(value or "").split() if name not in known]
             elif key in POOLED:
                 if _numeric(value) and episodes:
                     s["pooled"][key] = s["pooled"].get(key, 0.0) + value * episodes
@@ -84,7 +88,8 @@ class RowWindow:
 
     def _row(self) -> dict[str, Any]:
         s = self.state
-        row: dict[str, Any] = {"sps": s["steps"] / s["seconds"] if s["seconds"] > 0 else None, EPISODES: s["episodes"]}
+        steps = s["step"] - s["written"]
+        row: dict[str, Any] = {"sps": steps / s["seconds"] if s["seconds"] > 0 else None, EPISODES: s["episodes"]}
         row.update({key: s["pooled"][key] / s["episodes"] if key in s["pooled"] else None for key in POOLED})
         row.update({key: total if key.startswith("time/") else total / s["counts"][key]
                     for key, total in s["sums"].items()})

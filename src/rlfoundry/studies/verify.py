@@ -112,7 +112,7 @@ def rerun_config(cfg: ExperimentConfig, runs_root: Path, threads: int | None) ->
     env = cfg.env
     if env.vectorization == "auto" and started.vectorization:
         env = env.model_copy(update={"vectorization": started.vectorization})
-    every = started.log_every or 0 if cfg.logging.every_steps == "auto" else cfg.logging.every_steps
+    every = (started.log_every or 0) if cfg.logging.every_steps == "auto" else cfg.logging.every_steps
     logging = cfg.logging.model_copy(update={"runs_root": str(runs_root), "tensorboard": False, "wandb": False,
                                              "every_steps": every})
     return cfg.model_copy(update={"train": train_cfg, "env": env, "logging": logging, "provenance": None})
