@@ -62,6 +62,20 @@ def test_every_graphed_step_runs_20_updates_without_a_host_read(case):
     assert {"loss/critic", "loss/q"} & set(steps[-1])
 
 
+@pytest.mark.parametrize("case", GRAPHED)
+def test_every_acting_step_runs_20_steps_without_a_host_read(case):
+    """The acting network's step (a graph of its own on CUDA): observations in, the policy's actions out."""
+    agent = filled_agent(case)
+    obs = torch.as_tensor(np.stack([agent.spec.observation_space.sample() for _ in range(3)]))
+    with no_host_syncs():
+        actions = [agent.act_step(obs)["actions"] for _ in range(20)]
+    space = agent.spec.action_space
+    assert all(a.shape == (3, *space.shape) for a in actions)
+    assert all(space.contains(a[0].numpy().astype(space.dtype)) for a in actions)
+    if case in ("sac", "sac-discrete"):  # sampled: the steps differ
+        assert len({tuple(a.flatten().tolist()) for a in actions}) > 1
+
+
 @pytest.mark.parametrize("spec_name", ["CartPole-v1:ppo", "Pendulum-v1:ppo"])
 def test_ppo_minibatch_steps_run_20_updates_without_a_host_read(spec_name):
     """PPO's minibatch step (loss, backward, clipped Adam step) on random minibatches of a fixed size."""

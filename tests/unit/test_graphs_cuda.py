@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -44,6 +45,26 @@ def test_graph_replay_equals_eager_over_100_updates(case):
     assert sums[0].keys() == sums[1].keys()
     for key in sums[0]:
         assert sums[1][key] == pytest.approx(sums[0][key], rel=tolerance["rtol"] or 1e-12, abs=tolerance["atol"])
+
+
+@pytest.mark.parametrize("case", GRAPHED)
+def test_acting_graph_replay_equals_eager(case):
+    """The acting step replayed from its graph draws the same samples as eager acting from the same generator."""
+    agent = filled_agent(case, "cuda", ["train.cuda_graphs=true"])
+    batches = [np.stack([agent.spec.observation_space.sample() for _ in range(4)]) for _ in range(10)]
+    runs = []
+    for graphed in (False, True):
+        torch.cuda.manual_seed(11)
+        runs.append([(agent.act if graphed else eager_act(agent))(obs) for obs in batches])
+    assert agent.acting is not agent.act_step and len(agent.acting.graphs) == 1
+    for want, have in zip(*runs, strict=True):
+        np.testing.assert_array_equal(have, want)
+
+
+def eager_act(agent):
+    def act(obs):
+        return agent.act_step(torch.as_tensor(obs, device="cuda"))["actions"].cpu().numpy()
+    return act
 
 
 RESUMED = {  # spec, overrides (DQN's Q-value gathers add with atomics: deterministic kernels make it exact)

@@ -97,10 +97,9 @@ class DQN(OffPolicyAgent):
         runtime.compile_modules(self.q, self.target)
         self.graphed_step = runtime.graphed(self.gradient_step)
 
-    def _greedy(self, obs: np.ndarray) -> np.ndarray:
+    def act_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         with torch.inference_mode(), self.autocast():
-            tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
-            return self.q(tensor).argmax(-1).cpu().numpy()
+            return {"actions": self.q(obs).argmax(-1)}
 
     def schedule(self, progress: float) -> None:
         algo = self.algo
@@ -113,7 +112,7 @@ class DQN(OffPolicyAgent):
 
     def explore(self, obs: np.ndarray) -> np.ndarray:  # ε-greedy
         num_envs = self.spec.num_envs
-        actions = self._greedy(obs)
+        actions = self.act(obs)
         explore = self.rng.random(num_envs) < self.epsilon
         return np.where(explore, self.rng.integers(self.spec.action_space.n, size=num_envs), actions)
 
@@ -160,7 +159,9 @@ class DQN(OffPolicyAgent):
         """Greedy actions (ε-greedy with the final ε when not deterministic, drawn from NumPy's global generator,
         which an evaluation gives a state of its own: the agent's generator, that training draws from, is not
         touched)."""
-        actions = self._greedy(obs)
+        with torch.inference_mode(), self.autocast():
+            tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
+            actions = self.q(tensor).argmax(-1).cpu().numpy()
         if deterministic:
             return actions
         explore = np.random.random(len(actions)) < self.algo.exploration_final_eps

@@ -184,6 +184,8 @@ class OffPolicyAgent(Agent):
         self.obs: np.ndarray | None = None  # the observation the next step starts from
         self.env_steps = 0
         self.to_device = runtime.to_device()  # replay samples to the device
+        self.obs_to_device = runtime.to_device()  # acting observations to the device (buffers of their own)
+        self.acting = runtime.graphed(self.act_step)
 
     def make_replay(self, action_shape: tuple[int, ...], action_dtype, prioritized: bool = False,
                     **extra) -> ReplayBuffer:
@@ -199,6 +201,18 @@ class OffPolicyAgent(Agent):
     @abstractmethod
     def explore(self, obs: np.ndarray) -> np.ndarray:
         """The actions that collect experience from `obs` [B, ...], as the env takes them."""
+
+    @abstractmethod
+    def act_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The acting network on observations on the device: {"actions": the policy's actions (before any noise
+        the host adds)}, under inference mode. A CUDA graph when the run uses them (`Runtime.graphed`): no host
+        sync inside."""
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """`act_step` on a batch of observations: copied to the device once (through pinned memory, on CUDA), the
+        actions read back once."""
+        (tensor,) = self.obs_to_device(np.asarray(obs, dtype=self.spec.obs_dtype))
+        return self.acting(tensor)["actions"].cpu().numpy()
 
     @abstractmethod
     def update(self, progress: float) -> dict[str, torch.Tensor]:

@@ -136,10 +136,15 @@ def act(actor: torch.nn.Module, obs: np.ndarray, precision: str, deterministic: 
     """Actions for a batch of observations, on the actor's device; uses no gradients."""
     device = next(actor.parameters()).device
     with torch.inference_mode(), Runtime(device, precision).autocast():
-        tensor = torch.as_tensor(obs, device=device)  # the encoders take any float dtype, and uint8 frames
-        if isinstance(actor, CategoricalActor):
-            return CategoricalHead.sample(actor(tensor), deterministic).cpu().numpy()
-        return actor(tensor, deterministic)[0].cpu().numpy()
+        # the encoders take any float dtype, and uint8 frames
+        return actor_actions(actor, torch.as_tensor(obs, device=device), deterministic).cpu().numpy()
+
+
+def actor_actions(actor: torch.nn.Module, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+    """The actor's actions (sampled, or the most likely / the squashed mean) for observations on its device."""
+    if isinstance(actor, CategoricalActor):
+        return CategoricalHead.sample(actor(obs), deterministic)
+    return actor(obs, deterministic)[0]
 
 
 class SAC(OffPolicyAgent):
@@ -199,8 +204,12 @@ class SAC(OffPolicyAgent):
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
         if self.env_steps >= self.algo.learning_starts:
-            return self._act(obs, deterministic=False)
+            return self.act(obs)
         return self.random_actions()
+
+    def act_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        with torch.inference_mode(), self.autocast():
+            return {"actions": actor_actions(self.actor, obs, deterministic=False)}
 
     def iterate(self, envs, progress: float) -> Iteration:
         if not self.algo.async_actors:
@@ -285,11 +294,8 @@ class SAC(OffPolicyAgent):
         return {"loss/critic": critic_loss.detach(), "loss/actor": actor_loss.detach(), "diag/alpha": alpha,
                 "diag/entropy": entropy, "diag/q_mean": q.detach().mean()}
 
-    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        return act(self.actor, np.asarray(obs, dtype=self.spec.obs_dtype), self.runtime.precision, deterministic)
-
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
-        return self._act(obs, deterministic)
+        return act(self.actor, np.asarray(obs, dtype=self.spec.obs_dtype), self.runtime.precision, deterministic)
 
     def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
         actor = self.actor

@@ -143,7 +143,7 @@ class TD3(OffPolicyAgent):
     def explore(self, obs: np.ndarray) -> np.ndarray:
         if self.env_steps < self.algo.learning_starts:
             return self.random_actions()
-        actions = self._act(obs)
+        actions = self.act(obs)
         noise = self.rng.normal(0.0, self.algo.exploration_noise, size=actions.shape) * self.half_range
         return np.clip(actions + noise, self.spec.action_space.low, self.spec.action_space.high).astype(np.float32)
 
@@ -180,14 +180,16 @@ class TD3(OffPolicyAgent):
             stats["loss/actor"] = actor_loss.detach().double()
         return stats
 
-    def _act(self, obs: np.ndarray) -> np.ndarray:
+    def act_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         with torch.inference_mode(), self.autocast():
-            return self.actor(torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)).cpu().numpy()
+            return {"actions": self.actor(obs)}
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
         """μ(s); with exploration noise (from NumPy's global generator, which an evaluation gives a state of its own)
         when not deterministic."""
-        actions = self._act(obs)
+        with torch.inference_mode(), self.autocast():
+            tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
+            actions = self.actor(tensor).cpu().numpy()
         if not deterministic:
             noise = np.random.normal(0.0, self.algo.exploration_noise, size=actions.shape)
             actions = actions + noise * self.half_range
