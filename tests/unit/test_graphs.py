@@ -13,6 +13,7 @@ from rlfoundry.algos.graphs import HostSync, no_host_syncs
 from rlfoundry.algos.optim import load_optimizer_state, optimizer_state, set_lr
 from rlfoundry.envs import make
 from rlfoundry.experiment.load import load_config
+from rlfoundry.nets.cores import CORES
 from rlfoundry.run import hardware
 
 # Every algorithm with graphed steps, in the variants whose steps differ (discrete SAC, prioritised double dueling DQN).
@@ -74,6 +75,38 @@ def test_every_acting_step_runs_20_steps_without_a_host_read(case):
     assert all(space.contains(a[0].numpy().astype(space.dtype)) for a in actions)
     if case in ("sac", "sac-discrete"):  # sampled: the steps differ
         assert len({tuple(a.flatten().tolist()) for a in actions}) > 1
+
+
+ON_POLICY_ACTING = [("CartPole-v1:ppo", []), ("Pendulum-v1:ppo", []), ("CartPole-v1:a2c", []),
+                    ("Pendulum-v1:reinforce", [])] + [
+    ("CartPole-v1:ppo-masked", [f"network.core={core}", "network.core_hidden=16", "network.memory_length=4",
+                                "network.num_heads=2", "network.mamba2_head_dim=8"]) for core in CORES if core != "identity"]
+
+
+
+
+def acting_id(value) -> str:
+    """A test id of ON_POLICY_ACTING: the spec, then the core (ff: feed-forward)."""
+    return value if isinstance(value, str) else next((o.split("=")[1] for o in value if o.startswith("network.core=")),
+                                                     "ff")
+
+
+@pytest.mark.parametrize(("spec_name", "extra"), ON_POLICY_ACTING, ids=acting_id)
+def test_every_on_policy_acting_step_runs_20_steps_without_a_host_read(spec_name, extra):
+    """The acting step of PPO, A2C and REINFORCE with every memory core, episode starts given or not, its memory
+    fed back as the collector does."""
+    cfg = load_config(spec_name, ["train.device=cpu", "network.hidden_sizes=[32,32]", *extra])
+    envs, spec = make(cfg.env, 1)
+    envs.close()
+    agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train))
+    obs = torch.as_tensor(np.stack([spec.observation_space.sample() for _ in range(3)]))
+    state = agent.policy.initial_state(3) if agent.policy.recurrent else None
+    with torch.inference_mode(), no_host_syncs():
+        for t in range(20):
+            starts = torch.tensor([t % 5 == 0, False, t % 7 == 0]) if t % 2 and state is not None else None
+            out, state = agent.act(obs, state, starts)
+    assert out.actions.shape == (3, *spec.action_space.shape) and out.logprobs.shape == out.values.shape == (3,)
+    assert agent.graphs and torch.isfinite(out.values).all()
 
 
 @pytest.mark.parametrize("spec_name", ["CartPole-v1:ppo", "Pendulum-v1:ppo"])
@@ -138,8 +171,8 @@ def test_cuda_graphs_resolve_by_device_algorithm_debug_and_processes():
     assert hardware.resolve_cuda_graphs("auto", "sac", cpu, False, 1) == (False, None)
     on, warning = hardware.resolve_cuda_graphs(True, "sac", cpu, False, 1)
     assert not on and "on the CPU" in warning
-    on, warning = hardware.resolve_cuda_graphs(True, "a2c", cuda, False, 1)
-    assert not on and "a2c has no graphed steps" in warning
+    on, warning = hardware.resolve_cuda_graphs(True, "simple", cuda, False, 1)
+    assert not on and "simple has no graphed steps" in warning
     on, warning = hardware.resolve_cuda_graphs(True, "dqn", cuda, True, 1)
     assert not on and "train.debug" in warning
     on, warning = hardware.resolve_cuda_graphs(True, "dqn", cuda, False, 2)

@@ -16,9 +16,13 @@ import numpy as np
 import pytest
 import torch
 
+from rlfoundry.algos import Runtime, algorithm
+from rlfoundry.algos.graphs import GraphedStep
+from rlfoundry.envs import make
+from rlfoundry.experiment.load import load_config
 from tests.conftest import output_of
 from tests.e2e.test_resume import COMMON, cli, last_step, rows
-from tests.unit.test_graphs import GRAPHED, filled_agent
+from tests.unit.test_graphs import GRAPHED, ON_POLICY_ACTING, acting_id, filled_agent
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 EXACT = {"td3", "ddpg", "sac", "sac-fixed-alpha"}
@@ -56,7 +60,7 @@ def test_acting_graph_replay_equals_eager(case):
     for graphed in (False, True):
         torch.cuda.manual_seed(11)
         runs.append([(agent.act if graphed else eager_act(agent))(obs) for obs in batches])
-    assert agent.acting is not agent.act_step and len(agent.acting.graphs) == 1
+    assert isinstance(agent.acting, GraphedStep) and len(agent.acting.graphs) == 1
     for want, have in zip(*runs, strict=True):
         np.testing.assert_array_equal(have, want)
 
@@ -65,6 +69,32 @@ def eager_act(agent):
     def act(obs):
         return agent.act_step(torch.as_tensor(obs, device="cuda"))["actions"].cpu().numpy()
     return act
+
+
+@pytest.mark.parametrize(("spec_name", "extra"), ON_POLICY_ACTING, ids=acting_id)
+def test_on_policy_acting_graphs_replay_equal_to_eager(spec_name, extra):
+    """PPO's, A2C's and REINFORCE's acting step with every memory core, its memory fed back, with and without
+    episode starts (two graphs): the graphed steps act, score and remember as the eager ones."""
+    cfg = load_config(spec_name, ["train.device=cuda", "train.cuda_graphs=true", "network.hidden_sizes=[32,32]",
+                                  *extra])
+    envs, spec = make(cfg.env, 1)
+    envs.close()
+    agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, "cuda"))
+    batches = [torch.as_tensor(np.stack([spec.observation_space.sample() for _ in range(3)]), device="cuda")
+               for _ in range(12)]
+    runs = []
+    for act in (lambda *args: tuple(agent.act_step(*args).values()), agent.act):
+        torch.cuda.manual_seed(5)
+        state = agent.policy.initial_state(3) if agent.policy.recurrent else None
+        steps = []
+        with torch.inference_mode():
+            for t, obs in enumerate(batches):
+                starts = torch.tensor([t % 2 == 0, False, True], device="cuda") if t % 3 == 0 and state is not None else None
+                out, state = act(obs, state, starts)
+                steps.append(torch.cat([out.actions.float().reshape(3, -1), out.logprobs[:, None], out.values[:, None]], 1))
+        runs.append(torch.stack(steps))
+    assert isinstance(agent.acting, GraphedStep) and agent.acting.graphs
+    torch.testing.assert_close(runs[1], runs[0], rtol=0, atol=0)
 
 
 RESUMED = {  # spec, overrides (DQN's Q-value gathers add with atomics: deterministic kernels make it exact)

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from rlfoundry.algos.graphs import GraphedStep, HostToDevice, Step
+from rlfoundry.algos.graphs import GraphedStep, Step
+from rlfoundry.buffers.transfer import HostToDevice
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.monitors import MonitorRule
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from pydantic import Field, PositiveInt
+from torch.utils._pytree import tree_map
 
 from rlfoundry.algos.base import Agent, AlgorithmConfig, Iteration, Memory, Runtime, averaged, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
@@ -48,6 +49,7 @@ class OnPolicyAgent(Agent):
 
     memory_cores = True
     distributed = True
+    graphs = True  # the acting step (PPO adds its minibatch step); not yet measured on a GPU: auto leaves it eager
     smoke: ClassVar[tuple[str, ...]] = ("algo.num_steps=64",)
     compile_evaluate: ClassVar[bool] = True  # train.compile also compiles the policy's `evaluate` (the update's forward)
 
@@ -57,6 +59,7 @@ class OnPolicyAgent(Agent):
         self.optimizer = self.make_optimizer()
         self.collector: RolloutCollector | None = None  # built at the first iteration
         self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
+        self.acting = runtime.graphed(self.act_step)
         if runtime.compile:  # the compiled methods shadow the class's on this instance
             self.policy.act = runtime.compiled(self.policy.act)  # type: ignore[method-assign]
             if self.compile_evaluate:
@@ -72,10 +75,23 @@ class OnPolicyAgent(Agent):
 
     def iterate(self, envs, progress: float) -> Iteration:
         with self.autocast():
-            rollout, collected = self._collector(envs).collect(self.policy)
+            rollout, collected = self._collector(envs).collect(self.policy, self.act)
         start = time.perf_counter()
         metrics = self.learn(rollout, progress)
         return finish_iteration(collected, self.algo.num_steps * self.spec.num_envs, metrics, start)
+
+    def act_step(self, obs: torch.Tensor, state: Any, starts: torch.Tensor | None) -> dict[str, Any]:
+        """The policy's acting step (actions, log-probabilities, values, the new memory) on device tensors: a CUDA
+        graph when the run uses them (`Runtime.graphed`, one per memory layout and `starts` present or not)."""
+        out, state = self.policy.act(obs, state, starts)
+        return {"out": out, "state": state}
+
+    def act(self, obs: torch.Tensor, state: Any = None, starts: torch.Tensor | None = None) -> tuple[Any, Any]:
+        """`policy.act` through `act_step` (the collector's acting)."""
+        result = self.acting(obs, state, starts)
+        if self.runtime.cuda_graphs:  # a graph's own outputs: its next replay overwrites them
+            result = tree_map(torch.clone, result)
+        return result["out"], result["state"]
 
     def _collector(self, envs) -> RolloutCollector:
         """Built at the first iteration; after a resume it continues from the restored envs (`resume_collector`)

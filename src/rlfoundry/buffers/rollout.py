@@ -28,6 +28,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
 
+from rlfoundry.buffers.transfer import HostToDevice
 from rlfoundry.envs import EnvInfo, env_seed
 
 
@@ -114,6 +115,7 @@ class RolloutCollector:
         self.envs, self.spec, self.num_steps, self.device = envs, spec, num_steps, device
         self.sequence_length = sequence_length
         self.memory = None  # a recurrent policy's memory after the last step (built at the first collect)
+        self.obs_to_device = HostToDevice(device)
         if resume is None:
             self.next_obs, _ = envs.reset(seed=env_seed(seed) + spec.first_env)
         else:
@@ -170,6 +172,10 @@ class RolloutCollector:
             return array
         return torch.from_numpy(array).to(self.device, non_blocking=True)
 
+    def _step_obs(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """One step's observations on the device (through pinned buffers on CUDA: `HostToDevice`)."""
+        return obs if isinstance(obs, torch.Tensor) else self.obs_to_device(obs)[0]
+
     def env_actions(self, actions: torch.Tensor) -> np.ndarray | torch.Tensor:
         """Actions as the env takes them: Gaussian samples are clipped to the bounds (stored unclipped)."""
         if self.on_device:
@@ -180,7 +186,10 @@ class RolloutCollector:
         array = actions.cpu().numpy()
         return array if self.low is None else np.clip(array, self.low, self.high)
 
-    def collect(self, policy) -> tuple[Rollout, CollectStats]:
+    def collect(self, policy, act: Callable | None = None) -> tuple[Rollout, CollectStats]:
+        """A rollout of `num_steps` steps; `act(obs, memory, starts)` -> (PolicyOutput, memory) acts (by default
+        `policy.act`; an agent passes its graphed step)."""
+        act = act or policy.act
         stats = CollectStats()
         actions, logprobs, values, states = [], [], [], []
         clock = time.perf_counter
@@ -202,7 +211,7 @@ class RolloutCollector:
                         states.append(self.memory)
                 # both numpy or both torch (self.on_device); mypy also checks the mixed pairs, which never occur
                 self.valid[t] = ~self.prev_done  # type: ignore[assignment]
-                out, self.memory = policy.act(self._tensor(self.obs[t]), self.memory, starts)
+                out, self.memory = act(self._step_obs(self.obs[t]), self.memory, starts)
                 actions.append(out.actions)
                 logprobs.append(out.logprobs)
                 values.append(out.values)

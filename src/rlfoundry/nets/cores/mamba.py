@@ -170,13 +170,13 @@ def _selective_scan(dt, A, u, B, C, h0, starts) -> tuple[torch.Tensor, torch.Ten
         decay = torch.exp(dt[..., None] * A) * (1 - starts)[..., None, None]
         hs = _parallel_scan(decay, u[..., None] * B[:, :, None], h0)
         return torch.einsum("tben,tbn->tbe", hs, C), hs[-1]
-    resets = bool(starts.any())
     if len(dt) > 1 or torch.is_grad_enabled():  # under bf16 autocast in float32, as the step below
-        return _SelectiveScan.apply(dt, A, u, B, C, h0, 1 - starts if resets else None)
+        return _SelectiveScan.apply(dt, A, u, B, C, h0, 1 - starts if bool(starts.any()) else None)
     if torch.is_autocast_enabled("cpu"):
         with torch.autocast("cpu", enabled=False):
             return _selective_scan(*(v.float() for v in (dt, A, u, B, C, h0, starts)))
-    h = torch.mul(dt[0, :, :, None], A).exp_().mul_(h0 * (1 - starts[0, :, None, None]) if resets else h0)
+    # acting: the state masked by multiplication, without looking for a start (no host read: a CUDA graph holds it)
+    h = torch.mul(dt[0, :, :, None], A).exp_().mul_(h0 * (1 - starts[0, :, None, None]))
     h.baddbmm_(u[0, :, :, None], B[0, :, None, :])  # h = exp(dt A) ⊙ h0 + u B^T
     return torch.bmm(C[0, :, None, :], h.transpose(1, 2)).transpose(0, 1), h
 
@@ -296,8 +296,10 @@ class MambaCore(Core):
         windows, ssm = state
         starts = _starts(episode_starts, x)
         last = None  # no episode start in this call: nothing to mask
-        if episode_starts is not None and bool(starts.any()):
-            last = _last_start(starts) if len(x) > 1 else starts.long() - 1  # T = 1: 0 at a start, else -1
+        if episode_starts is not None and len(x) == 1:  # acting: 0 at a start, else -1 (no host read)
+            last = starts.long() - 1
+        elif episode_starts is not None and bool(starts.any()):
+            last = _last_start(starts)
         h, new_windows, new_ssm = self.proj(x), [], []
         for layer, (norm, mixer) in enumerate(zip(self.norms, self.mixers, strict=True)):
             y, window, s = mixer(norm(h), windows[:, :, layer], ssm[layer], starts, last)
