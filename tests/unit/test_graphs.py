@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from rlfoundry.algos import Runtime, algorithm
+from rlfoundry.algos import Memory, Runtime, algorithm
 from rlfoundry.algos.graphs import HostSync, no_host_syncs
 from rlfoundry.algos.optim import load_optimizer_state, optimizer_state, set_lr
 from rlfoundry.envs import make
 from rlfoundry.experiment.load import load_config
 from rlfoundry.nets.cores import CORES
 from rlfoundry.run import hardware
+from rlfoundry.world_models.latent import acting_inputs
+from rlfoundry.world_models.rssm import State
 
 # Every algorithm with graphed steps, in the variants whose steps differ (discrete SAC, prioritised double dueling DQN).
 GRAPHED = {
@@ -266,3 +268,27 @@ def test_planet_gradient_steps_run_20_updates_without_a_host_read():
         with no_host_syncs():
             out = agent.gradient_step(*time_major(batch, agent.device))
     assert torch.isfinite(out["loss/world_model"]) and agent.graphs
+
+
+LATENT_ACTING = {  # agent, the options of its acting step (DreamerV3: sample; PlaNet: noise, seeding)
+    "dreamer-box": (lambda *a: filled_dreamer("MountainCarContinuous-v0:dreamer", *a), [(True,), (False,)]),
+    "dreamer-discrete": (lambda *a: filled_dreamer("CartPole-v1:dreamer", *a), [(True,), (False,)]),
+    "planet": (filled_planet, [(0.3, False), (0.0, False), (0.3, True)]),
+}
+
+
+@pytest.mark.parametrize("case", LATENT_ACTING)
+def test_latent_acting_steps_run_20_steps_without_a_host_read(case):
+    """DreamerV3's acting step (encoder, posterior, policy) and PlaNet's (posterior, then its whole CEM plan), the
+    new state fed back, with and without episode starts."""
+    build, options = LATENT_ACTING[case]
+    agent = build()
+    obs = torch.as_tensor(np.stack([agent.spec.observation_space.sample() for _ in range(3)]))
+    for option in options:
+        state, prev, _ = acting_inputs(agent.model, Memory(), 3, agent.replay.action_shape)
+        with no_host_syncs():
+            for t in range(20):
+                out = agent.act_step(obs, state.deter, state.stoch, prev, torch.tensor([t % 4 == 0, False, True]),
+                                     *option)
+                state, prev = State(out["deter"], out["stoch"]), out["actions"]
+        assert torch.isfinite(prev.float()).all() and len(prev) == 3

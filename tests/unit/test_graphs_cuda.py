@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from rlfoundry.algos import Runtime, algorithm
+from rlfoundry.algos import Memory, Runtime, algorithm
 from rlfoundry.algos.graphs import GraphedStep
 from rlfoundry.envs import make
 from rlfoundry.experiment.load import load_config
 from tests.conftest import output_of
 from tests.e2e.test_resume import COMMON, cli, last_step, rows
-from tests.unit.test_graphs import GRAPHED, ON_POLICY_ACTING, acting_id, filled_agent
+from tests.unit.test_graphs import GRAPHED, LATENT_ACTING, ON_POLICY_ACTING, acting_id, filled_agent
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 EXACT = {"td3", "ddpg", "sac", "sac-fixed-alpha"}
@@ -92,6 +92,28 @@ def test_on_policy_acting_graphs_replay_equal_to_eager(spec_name, extra):
                 starts = torch.tensor([t % 2 == 0, False, True], device="cuda") if t % 3 == 0 and state is not None else None
                 out, state = act(obs, state, starts)
                 steps.append(torch.cat([out.actions.float().reshape(3, -1), out.logprobs[:, None], out.values[:, None]], 1))
+        runs.append(torch.stack(steps))
+    assert isinstance(agent.acting, GraphedStep) and agent.acting.graphs
+    torch.testing.assert_close(runs[1], runs[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", LATENT_ACTING)
+def test_latent_acting_graphs_replay_equal_to_eager(case):
+    """DreamerV3's and PlaNet's exploring steps through their graphs act and remember as the eager steps do."""
+    build, _ = LATENT_ACTING[case]
+    agent = build("cuda", ["train.cuda_graphs=true"])
+    batches = [np.stack([agent.spec.observation_space.sample() for _ in range(2)]) for _ in range(10)]
+    runs = []
+    for graphed in (False, True):
+        acting, memory, steps = agent.acting, Memory(), []
+        if not graphed:
+            agent.acting = agent.act_step
+        torch.cuda.manual_seed(3)
+        for i, obs in enumerate(batches):
+            memory.ended(np.array([i % 4 == 3, False]))
+            out = agent.latent_act(obs, memory, True, *(True,) if "dreamer" in case else (0.3, False))
+            steps.append(torch.cat([out["actions"].float().reshape(2, -1), memory.state[0].deter], 1))
+        agent.acting = acting
         runs.append(torch.stack(steps))
     assert isinstance(agent.acting, GraphedStep) and agent.acting.graphs
     torch.testing.assert_close(runs[1], runs[0], rtol=0, atol=0)

@@ -49,11 +49,11 @@ from rlfoundry.world_models.latent import (
     LatentModelConfig,
     check_observations,
     env_defaults,
-    observe_latest,
+    observe,
     time_major,
 )
 from rlfoundry.world_models.layers import mlp, output_layer
-from rlfoundry.world_models.rssm import RSSM
+from rlfoundry.world_models.rssm import RSSM, State
 
 # The reference's model sizes (configs.yaml `size*`): RSSM deter / hidden / classes, the width of every MLP, and the
 # CNNs' depth.
@@ -180,23 +180,22 @@ class Dreamer(LatentAgent):
 
     # ------------------------------------------------------------------ acting
 
-    def _act(self, obs: np.ndarray, memory: Memory, sample: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Actions (policy units) and the posterior features after `obs`, updating `memory`."""
-        state = observe_latest(self.model, memory, obs, self.replay.action_shape)
+    def act_step(self, obs: torch.Tensor, deter: torch.Tensor, stoch: torch.Tensor, prev: torch.Tensor,
+                 starts: torch.Tensor, sample: bool) -> dict[str, torch.Tensor]:
+        """The posterior after `obs`, its features and the policy's actions (sampled, or the mode)."""
         with torch.no_grad():
+            state = observe(self.model, obs, State(deter, stoch), prev, starts)
             feats = RSSM.features(state)
             dist = self._policy(feats)
             if sample:
                 actions = dist.sample()
             else:
                 actions = dist.probs.argmax(-1) if self.discrete else dist.mean
-        memory.state = (state, actions)
-        return actions.cpu().numpy(), feats.cpu().numpy()
+        return {"actions": actions, "feats": feats, "deter": state.deter, "stoch": state.stoch}
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
-        memory = memory if memory is not None else Memory()
-        actions, _ = self._act(np.asarray(obs), memory, sample=not deterministic)
-        return self.to_env(actions)
+        out = self.latent_act(obs, memory if memory is not None else Memory(), False, not deterministic)
+        return self.to_env(out["actions"].cpu().numpy())
 
     # ------------------------------------------------------------------ the loop
 
@@ -218,7 +217,8 @@ class Dreamer(LatentAgent):
         return owed
 
     def explore(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._act(obs, self.memory, sample=True)
+        out = self.latent_act(obs, self.memory, True, True)
+        return out["actions"].cpu().numpy(), out["feats"].cpu().numpy()
 
     def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
         """The critic's value of the posterior state after o_t (what `act` just computed; its memory is (state,

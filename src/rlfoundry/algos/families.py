@@ -35,7 +35,15 @@ from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.envs import env_seed, frame_stack
 from rlfoundry.nets.heads import CategoricalHead
 from rlfoundry.nets.policy import GreedyActorCritic, build_actor_critic, state_norm
-from rlfoundry.world_models.latent import ACTING_KEYS, acting_arrays, restore_acting, to_env_actions
+from rlfoundry.world_models.latent import (
+    ACTING_KEYS,
+    LatentModel,
+    acting_arrays,
+    acting_inputs,
+    restore_acting,
+    to_env_actions,
+)
+from rlfoundry.world_models.rssm import State
 
 # logging.every_steps=auto for the agents that iterate every few env steps: a metrics row per this many env steps
 ROW_STEPS = 1000
@@ -300,6 +308,7 @@ class LatentAgent(Agent):
     compiles = False  # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes (README)
     row_steps = ROW_STEPS  # an iteration is a few env steps and their updates
     replay: SequenceReplay  # built by each algorithm's __init__
+    model: LatentModel
 
     def __init__(self, cfg, spec, runtime: Runtime):
         super().__init__(cfg, spec, runtime)
@@ -308,10 +317,34 @@ class LatentAgent(Agent):
         self.memory = Memory()
         self.env_steps = 0
         self.updates = 0
+        self.acting = runtime.graphed(self.act_step)
+        self.obs_to_device = runtime.to_device()  # the acting observations (buffers of their own)
 
     @abstractmethod
     def explore(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Actions (the replay's units) for `obs`, and their latent features or None, updating `self.memory`."""
+
+    @abstractmethod
+    def act_step(self, obs: torch.Tensor, deter: torch.Tensor, stoch: torch.Tensor, prev: torch.Tensor,
+                 starts: torch.Tensor, *options: Any) -> dict[str, torch.Tensor]:
+        """One acting step on the device, without gradients: from the acting state (`deter`, `stoch`), the previous
+        actions and the episode starts, the posterior after `obs` and the actions: {"actions", "deter", "stoch", and
+        what the algorithm adds}. A CUDA graph when the run uses them (`Runtime.graphed`): no host read inside."""
+
+    def latent_act(self, obs: np.ndarray, memory: Memory, explore: bool, *options: Any) -> dict[str, torch.Tensor]:
+        """`act_step` from the state `memory` holds, which it then holds the new state: while exploring through the
+        graphed step and pinned buffers, else (evaluation, any batch size) eagerly."""
+        state, prev, starts = acting_inputs(self.model, memory, len(obs), self.replay.action_shape)
+        if explore:
+            obs_t, starts_t = self.obs_to_device(np.asarray(obs), starts)
+            out = self.acting(obs_t, state.deter, state.stoch, prev, starts_t, *options)
+            if self.runtime.cuda_graphs:  # a graph's own outputs: its next replay overwrites them
+                out = {key: value.clone() for key, value in out.items()}
+        else:
+            obs_t, starts_t = (torch.as_tensor(np.asarray(a), device=self.device) for a in (obs, starts))
+            out = self.act_step(obs_t, state.deter, state.stoch, prev, starts_t, *options)
+        memory.state = (State(out["deter"], out["stoch"]), out["actions"])
+        return out
 
     @abstractmethod
     def updates_owed(self, done: np.ndarray) -> int:

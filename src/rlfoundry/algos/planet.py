@@ -38,11 +38,11 @@ from rlfoundry.world_models.latent import (
     LatentModelConfig,
     check_observations,
     env_defaults,
-    observe_latest,
+    observe,
     time_major,
 )
 from rlfoundry.world_models.planning import cross_entropy_method
-from rlfoundry.world_models.rssm import RSSM
+from rlfoundry.world_models.rssm import RSSM, State
 
 # PlaNet's model (google-research/planet configs.py, camera-ready 0c6f7d3): state 30, belief 200, hidden 200, ReLU,
 # min std 0.1, free nats 3, reward loss scale 10.
@@ -130,16 +130,20 @@ class PlaNet(LatentAgent):
 
     # ------------------------------------------------------------------ acting
 
-    def _plan(self, obs: np.ndarray, memory: Memory, noise: float, random: bool = False) -> np.ndarray:
-        """Actions in [-1, 1] for `obs` (uniformly random while seeding), updating `memory`."""
-        state = observe_latest(self.model, memory, obs, (self.action_size,))
+    def act_step(self, obs: torch.Tensor, deter: torch.Tensor, stoch: torch.Tensor, prev: torch.Tensor,
+                 starts: torch.Tensor, noise: float, random: bool) -> dict[str, torch.Tensor]:
+        """The posterior after `obs` and the planned actions in [-1, 1] (Gaussian `noise` added), or uniformly
+        random ones while seeding."""
         n, algo, rssm = obs.shape[0], self.algo, self.model.rssm
+        with torch.no_grad():
+            state = observe(self.model, obs, State(deter, stoch), prev, starts)
         if random:
             actions = torch.rand(n, self.action_size, device=self.device) * 2 - 1
         else:
             def score(candidates: torch.Tensor) -> torch.Tensor:  # [N, J, H, A] -> [N, J] predicted reward sums
-                J = candidates.shape[1]
-                rollout = type(state)(*(part.repeat_interleave(J, 0) for part in state))
+                J = candidates.shape[1]  # each env's state repeated for its J candidates
+                rollout = State(*(part.unsqueeze(1).expand(n, J, *part.shape[1:]).reshape(n * J, *part.shape[1:])
+                                  for part in state))
                 total = torch.zeros(n * J, device=self.device)
                 for t in range(candidates.shape[2]):
                     rollout, _ = rssm.imagine_step(rollout, candidates[:, :, t].reshape(n * J, -1))
@@ -151,13 +155,12 @@ class PlaNet(LatentAgent):
                                                algo.top_k, algo.iterations, device=self.device)
                 if noise:
                     actions = (actions + noise * torch.randn_like(actions)).clamp(-1, 1)
-        memory.state = (state, actions)
-        return actions.cpu().numpy()
+        return {"actions": actions, "deter": state.deter, "stoch": state.stoch}
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
-        memory = memory if memory is not None else Memory()
-        actions = self._plan(np.asarray(obs), memory, 0.0 if deterministic else self.algo.action_noise)
-        return self.to_env(actions)
+        out = self.latent_act(obs, memory if memory is not None else Memory(), False,
+                              0.0 if deterministic else self.algo.action_noise, False)
+        return self.to_env(out["actions"].cpu().numpy())
 
     # ------------------------------------------------------------------ the loop
 
@@ -167,7 +170,7 @@ class PlaNet(LatentAgent):
 
     def explore(self, obs: np.ndarray) -> tuple[np.ndarray, None]:
         seeding = self.episodes < self.algo.seed_episodes
-        return self._plan(obs, self.memory, self.algo.action_noise, random=seeding), None
+        return self.latent_act(obs, self.memory, True, self.algo.action_noise, seeding)["actions"].cpu().numpy(), None
 
     def updates_owed(self, done: np.ndarray) -> int:
         """`updates_per_episode` for each episode that ends after the seed episodes, once the replay has a window."""

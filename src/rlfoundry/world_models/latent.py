@@ -193,23 +193,23 @@ def check_observations(spec, cnn: str, algo: str, name: str) -> None:
                           f"takes vectors (a 1-D Box) or uint8 {problem or 'images'}{hint}")
 
 
-def observe_latest(model: LatentModel, memory, obs: np.ndarray, action_shape: tuple[int, ...]) -> State:
-    """The posterior state after `obs` [N, ...] from the state and previous actions `memory.state` holds (zeros and
-    an episode start at the first call), without gradients. The caller stores (state, its actions) back into
-    `memory.state`; `memory.starts` says which observations begin episodes (see `rlfoundry.algos.base.Memory`)."""
-    n = obs.shape[0]
-    device = model.device
+def acting_inputs(model: LatentModel, memory, n: int, action_shape: tuple[int, ...]) -> tuple[State, torch.Tensor, np.ndarray]:
+    """What the next acting step starts from: the state and previous actions `memory.state` holds (zeros, and an
+    episode start for every env, at the first call) and which observations begin episodes [N] (`memory.starts`; see
+    `rlfoundry.algos.base.Memory`). The caller stores (the new state, its actions) back into `memory.state`."""
     if memory.state is None:
-        memory.state = (model.rssm.initial(n, device), torch.zeros(n, *action_shape, device=device))
+        memory.state = (model.rssm.initial(n, model.device), torch.zeros(n, *action_shape, device=model.device))
         starts = np.ones(n, bool)
     else:
         starts = memory.starts if memory.starts is not None else np.zeros(n, bool)
     state, prev = memory.state
-    with torch.no_grad():
-        embed = model.embed(torch.as_tensor(obs, device=device))
-        state, _ = model.rssm.observe_step(state, model.rssm.action_input(prev), embed,
-                                           torch.as_tensor(starts, device=device))
-    return state
+    return state, prev, starts
+
+
+def observe(model: LatentModel, obs: torch.Tensor, state: State, prev: torch.Tensor, starts: torch.Tensor) -> State:
+    """The posterior state after observations `obs` [N, ...] (on the device) from `state` and the previous actions,
+    restarted where `starts`; call it without gradients."""
+    return model.rssm.observe_step(state, model.rssm.action_input(prev), model.embed(obs), starts)[0]
 
 
 def acting_arrays(memory, obs: np.ndarray | None) -> dict[str, np.ndarray]:

@@ -28,8 +28,9 @@ def cross_entropy_method(score: Callable[[torch.Tensor], torch.Tensor], batch: i
         raise ValueError(f"top_k {top_k} must be in 1 .. candidates ({candidates})")
     mean = torch.zeros(batch, 1, horizon, action_dim, device=device)
     std = torch.ones(batch, 1, horizon, action_dim, device=device)
-    low = torch.as_tensor(low, dtype=torch.float32, device=device)
-    high = torch.as_tensor(high, dtype=torch.float32, device=device)
+    # bounds made on the device (a copy from the host would stop a CUDA graph's capture)
+    low, high = (torch.full((), float(b), device=device) if not isinstance(b, torch.Tensor)
+                 else b.to(device, torch.float32) for b in (low, high))
     for _ in range(iterations):
         noise = torch.randn(batch, candidates, horizon, action_dim, generator=generator, device=device)
         actions = torch.maximum(torch.minimum(mean + std * noise, high), low)
