@@ -174,7 +174,7 @@ def test_cuda_graphs_resolve_by_device_algorithm_debug_and_processes():
     on, warning = hardware.resolve_cuda_graphs(True, "sac", cpu, False, 1)
     assert not on and "on the CPU" in warning
     on, warning = hardware.resolve_cuda_graphs(True, "simple", cuda, False, 1)
-    assert not on and "simple has no graphed steps" in warning
+    assert on and warning is None and not algorithm("simple").graphs_by_default
     on, warning = hardware.resolve_cuda_graphs(True, "dqn", cuda, True, 1)
     assert not on and "train.debug" in warning
     on, warning = hardware.resolve_cuda_graphs(True, "dqn", cuda, False, 2)
@@ -292,3 +292,22 @@ def test_latent_acting_steps_run_20_steps_without_a_host_read(case):
                                      *option)
                 state, prev = State(out["deter"], out["stoch"]), out["actions"]
         assert torch.isfinite(prev.float()).all() and len(prev) == 3
+
+
+def test_the_simulated_env_step_runs_20_steps_without_a_host_read():
+    """SimPLe's simulated env step (the world model's forward pass, the prior's bits from the env's own generator,
+    the next stacks and rewards), its stacks fed back; the frame's argmax as on CUDA (the CPU's blocked argmax
+    checks the logits on the host, on the CPU only)."""
+    from tests.unit.test_simulated_env import ENVS, NUM_ACTIONS, _env
+
+    env, _ = _env()
+    env.reset(seed=0)
+    model = env.model
+    model._next_frame = lambda x: model._frame_logits(x).argmax(1).to(torch.uint8)
+    stacks, first = env.stacks, env.stacks
+    with no_host_syncs():
+        for _ in range(20):
+            out = env.advance(stacks, torch.arange(ENVS) % NUM_ACTIONS, 1.0)
+            stacks = out["stacks"]
+    assert stacks.shape == first.shape and stacks.dtype == torch.uint8 and not torch.equal(stacks, first)
+    assert set(out["reward"].tolist()) <= {-1.0, 0.0, 1.0} and torch.isfinite(out["values"]).all()

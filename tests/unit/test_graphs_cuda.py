@@ -239,3 +239,28 @@ def test_planet_graph_replay_equals_eager():
     want, have = agents[0].state_dict()["model"], agents[1].state_dict()["model"]
     for key in want:
         torch.testing.assert_close(have[key], want[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_the_simulated_env_graph_replays_equal_to_eager():
+    """SimPLe's simulated env stepped through its graph gives the frames, rewards and flags of the eager steps, and
+    leaves the env's own generator where the eager steps leave it (registered with the graph)."""
+    from rlfoundry.world_models.next_frame import NextFrameConfig, NextFramePredictor
+    from rlfoundry.world_models.simulated_env import SimulatedEnv
+    from tests.unit.test_simulated_env import ENVS, FRAME, LENGTH, NUM_ACTIONS, STACKING, _replay
+
+    torch.manual_seed(0)
+    model = NextFramePredictor(NextFrameConfig.tiny(), NUM_ACTIONS, FRAME, STACKING).cuda()
+    replay = _replay()
+    runs = []
+    for graphed in (None, Runtime(torch.device("cuda"), cuda_graphs=True).graphed):
+        env = SimulatedEnv(model, replay.restart_states, ENVS, episode_length=LENGTH, graphed=graphed)
+        env.reset(seed=4)
+        steps = []
+        with torch.inference_mode():
+            for t in range(3 * LENGTH):
+                obs, reward, terminated, truncated, _ = env.step((torch.arange(ENVS, device="cuda") + t) % NUM_ACTIONS)
+                steps.append(torch.cat([obs.flatten(1).float(), torch.stack([reward, terminated, truncated], 1)], 1))
+        runs.append((torch.stack(steps), env.generator.get_state()))
+    assert isinstance(env._advance, GraphedStep) and env._advance.graphs[0].graph is not None
+    torch.testing.assert_close(runs[1][0], runs[0][0], rtol=0, atol=0)
+    assert torch.equal(runs[1][1], runs[0][1])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -91,10 +91,10 @@ class Runtime:
             return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=not self.cuda_graphs)
         return nullcontext()
 
-    def graphed(self, step: Step) -> Step:
-        """`step` (a gradient step: see `rlfoundry.algos.graphs`) replayed from a CUDA graph when the run uses
-        them; `step` itself otherwise."""
-        return GraphedStep(step) if self.cuda_graphs else step
+    def graphed(self, step: Step, generators: Sequence[torch.Generator] = ()) -> Step:
+        """`step` (a steady-state step: see `rlfoundry.algos.graphs`) replayed from a CUDA graph when the run uses
+        them; `step` itself otherwise. `generators`: those it draws from besides the default one."""
+        return GraphedStep(step, generators=generators) if self.cuda_graphs else step
 
     def compiled(self, fn: Callable) -> Callable:
         """`fn` through torch.compile when the run compiles (the first calls then compile, for tens of seconds on a

@@ -17,7 +17,7 @@ any device, the CPU included.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -78,13 +78,15 @@ class GraphedStep:
     into the graph's input buffers and the graph replays. The eager calls run on a side stream, as capture asks
     (cuBLAS, autograd and the optimizers' states are set up there); the capturing call replays at once, so every call
     is one real step. The returned tensors (in a new dict) are the graph's own outputs: the next call with the same
-    signature overwrites them, so read or add them first.
+    signature overwrites them, so read or add them first. A step that samples from `torch.Generator`s of its own
+    names them in `generators` (the default CUDA generator is always followed).
     """
 
-    def __init__(self, step: Step, warmup: int = 3, max_graphs: int = 8):
+    def __init__(self, step: Step, warmup: int = 3, max_graphs: int = 8, generators: Sequence[torch.Generator] = ()):
         self.step = step
         self.warmup = warmup
         self.max_graphs = max_graphs
+        self.generators = generators  # CUDA generators the step draws from besides the default one
         self.graphs: list[_Graph] = []
 
     def __call__(self, *args: Any) -> dict[str, torch.Tensor]:
@@ -110,6 +112,8 @@ class GraphedStep:
             buffers = iter(graph.inputs)
             static = tree_unflatten([next(buffers) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
             graph.graph = torch.cuda.CUDAGraph()
+            for generator in self.generators:  # each replay then advances it as the eager step would
+                graph.graph.register_generator_state(generator)
             with torch.cuda.graph(graph.graph):
                 graph.outputs = self.step(*static)
         else:

@@ -145,6 +145,7 @@ SMALL_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps
 class Simple(Agent):
     name = "simple"
     config = SimpleConfig
+    graphs = True  # the simulated env's step and its PPO's (not yet measured on a GPU: auto leaves them eager)
 
     @classmethod
     def smoke_overrides(cls, env_id: str) -> tuple[list[str], int]:
@@ -190,7 +191,7 @@ class Simple(Agent):
 
         sim_cfg = cfg.model_copy(update={"algo": algo.ppo, "env": cfg.env.model_copy(update={"num_envs": algo.sim_envs})})
         self.sim = SimulatedEnv(self.model, self._restarts, algo.sim_envs, algo.ppo.num_steps, algo.add_value,
-                                algo.sim_temperature)
+                                algo.sim_temperature, runtime.graphed)
         self.sim_spec = EnvInfo(f"simulated {spec.id}", algo.sim_envs, self.sim.single_observation_space,
                                 self.sim.single_action_space, "simulated")
         self.ppo = PPO(sim_cfg, self.sim_spec, runtime)

@@ -86,6 +86,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlfoundry.world_models import dists
 from rlfoundry.world_models.reward_strategies import NUM_REWARD_CLASSES
 
 NUM_COLOURS = 256  # a 256-way softmax per pixel and channel (§2.1 "Frame output", paper Fig. 2)
@@ -549,7 +550,7 @@ class NextFramePredictor(nn.Module):
         cfg = self.cfg
         self._check(frames, actions, target_frame)
         dtype = self.embed.weight.dtype
-        onehot = F.one_hot(actions, self.num_actions).to(dtype)
+        onehot = dists.one_hot(actions, self.num_actions, dtype)  # (F.one_hot reads the indices on the host)
         inputs = standardise(frames, dtype)
         x = self.embed(inputs) + self._timing(0)
         skips = []

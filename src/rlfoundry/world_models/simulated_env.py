@@ -43,6 +43,7 @@ from gymnasium.vector.utils import batch_space
 from rlfoundry.world_models.next_frame import NextFramePredictor
 
 Restarts = Callable[[np.random.Generator, int], np.ndarray]
+Graphed = Callable[[Callable[..., dict[str, torch.Tensor]], tuple[torch.Generator, ...]], Callable[..., dict[str, torch.Tensor]]]
 
 
 class SimulatedEnv(VectorEnv):
@@ -52,9 +53,11 @@ class SimulatedEnv(VectorEnv):
     single_observation_space: spaces.Box  # narrowed from VectorEnv's Space: set to a Box in __init__
 
     def __init__(self, model: NextFramePredictor, restarts: Restarts, num_envs: int, episode_length: int = 50,
-                 add_value: bool = True, temperature: float = 1.0):
+                 add_value: bool = True, temperature: float = 1.0, graphed: Graphed | None = None):
         """`restarts(rng, n)`: n real frame stacks [n, S·C, H, W] uint8 to start episodes from. MB: 16 envs,
-        episodes of 50 steps (the rollout length), the LSTM prior sampled at temperature 1 (fact sheet §1, §2.2, §3)."""
+        episodes of 50 steps (the rollout length), the LSTM prior sampled at temperature 1 (fact sheet §1, §2.2, §3).
+        `graphed(step, generators)` wraps the model's step (`advance`) in a CUDA graph: the agent's
+        `Runtime.graphed`."""
         if episode_length < 1 or num_envs < 1:
             raise ValueError(f"num_envs and episode_length must be ≥ 1, got {num_envs}, {episode_length}")
         self.model, self.restarts = model, restarts
@@ -68,6 +71,8 @@ class SimulatedEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.generator = torch.Generator(self.device)
+        self.graphed = graphed is not None
+        self._advance = graphed(self.advance, (self.generator,)) if graphed is not None else self.advance
         self.stacks: torch.Tensor | None = None
         self.steps = 0  # of the current episodes
         self.returns = torch.zeros(num_envs, device=self.device)
@@ -97,15 +102,15 @@ class SimulatedEnv(VectorEnv):
         if self.steps == self.episode_length:  # NEXT_STEP autoreset: this step only restarts
             self._restart()
             return self.stacks, torch.zeros(self.num_envs, device=self.device), flags, flags.clone(), {}
-        actions = torch.as_tensor(actions, device=self.device).long()
-        out = self.model.simulate(self.stacks, actions, temperature=self.temperature, generator=self.generator)
-        self.stacks = torch.cat([self.stacks[:, self.frame_channels:], out.next_frame], dim=1)
-        reward = (out.reward_class - 1).float()
+        out = self._advance(self.stacks, torch.as_tensor(actions, device=self.device).long(), self.temperature)
+        if self.graphed:  # the graph's own outputs: its next replay overwrites them
+            out = {key: value.clone() for key, value in out.items()}
+        self.stacks, reward = out["stacks"], out["reward"]
         self.steps += 1
         info: dict[str, Any] = {}
         ended = self.steps == self.episode_length
         if ended and self.add_value:
-            reward = reward + out.values.float()
+            reward = reward + out["values"]
         self.returns += reward
         if ended:
             lengths = torch.full((self.num_envs,), self.steps, dtype=torch.int32, device=self.device)
@@ -114,6 +119,13 @@ class SimulatedEnv(VectorEnv):
         terminated = flags | (ended and self.add_value)
         truncated = flags | (ended and not self.add_value)
         return self.stacks, reward, terminated, truncated, info
+
+    def advance(self, stacks: torch.Tensor, actions: torch.Tensor, temperature: float) -> dict[str, torch.Tensor]:
+        """The model's step for every env, on the device: the next frame stacks, the rewards (class − 1) and the
+        values (a CUDA graph with graphed runs: nothing read on the host)."""
+        out = self.model.simulate(stacks, actions, temperature=temperature, generator=self.generator)
+        return {"stacks": torch.cat([stacks[:, self.frame_channels:], out.next_frame], dim=1),
+                "reward": (out.reward_class - 1).float(), "values": out.values.float()}
 
     def state_dict(self) -> dict[str, Any]:
         """The random streams (restarts, latent bits), for an exact resume; the envs' positions are not kept: the
