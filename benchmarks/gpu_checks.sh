@@ -1,6 +1,7 @@
 #!/bin/bash
 # The checks that need a CUDA GPU, in one command sized for a short lease of a GPU machine:
-#   1. the CUDA-only tests: every CUDA-graphed gradient step replays equal to eager over 100 updates, and a graphed
+#   1. the CUDA-only tests: every CUDA-graphed gradient step replays equal to eager over 100 updates, every acting
+#      step and the simulated env step equal to eager, and a graphed
 #      run killed and resumed equals the uninterrupted one (tests/unit/test_graphs_cuda.py); the memory cores against
 #      the CPU and mamba-ssm's kernels (tests/unit/test_cores_cuda.py);
 #   2. benchmarks/gpu_speed.py: rlfoundry beside Stable-Baselines3 and graphed beside eager, rows started until
@@ -28,7 +29,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
 python3 -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'CUDA', torch.version.cuda)"
 
 log CUDA tests
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/unit/test_graphs_cuda.py \
+timeout 300 python3 -m pytest -q -p no:cacheprovider tests/unit/test_graphs_cuda.py \
     tests/unit/test_cores_cuda.py 2>&1 | tail -30
 
 LEFT=$(( DEADLINE - ($(date +%s) - T0) )); [ "$LEFT" -lt 60 ] && LEFT=60
