@@ -225,7 +225,7 @@ class NetworkConfig(StrictModel):
     grid_channels: list[PositiveInt] = Field(
         default_factory=lambda: [32, 64], description="Channels of the minigrid encoder's 3×3 convolutions."
     )
-    activation: Literal["tanh", "relu", "elu", "silu"] = "tanh"
+    activation: Literal["tanh", "relu", "elu", "silu"] = Field("tanh", description="The hidden layers' activation.")
     core: Literal["identity", "lstm", "gru", "trxl", "gtrxl", "mamba", "mamba2"] = Field(
         "identity",
         description="Memory core between encoder and heads: identity (feed-forward), lstm, gru, trxl "
@@ -336,8 +336,8 @@ class LoggingConfig(StrictModel):
     runs_root: str = Field("runs", description="Where run directories are created.")
     group: str | None = Field(None, description="A name the runs made together share (`rlfoundry trials` sets it); "
                                                 "the registry keeps it: `rlfoundry runs list --group NAME`.")
-    tensorboard: bool = True
-    csv: bool = True
+    tensorboard: bool = Field(True, description="Write TensorBoard event files into the run directory (tb/).")
+    csv: bool = Field(True, description="Write metrics.csv, a row per metrics row.")
     every_steps: NonNegativeInt | Literal["auto"] = Field(
         "auto", description="A metrics row (metrics.csv, TensorBoard, W&B, the console) at most every this many env "
         "steps: shorter iterations are merged into one row (losses averaged, times and episodes summed); every "

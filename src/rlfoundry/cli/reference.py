@@ -1,0 +1,243 @@
+"""The references of the documentation site, generated from the code so that they cannot drift from it: every config
+key (from the pydantic models of the config sections and of each algorithm), every command and option (from the
+Typer app) and the presets table (from the preset files). `docs/gen_pages.py` writes them into the site when it is
+built; a test fails when a key, a command or an option has no description.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal, get_args, get_origin
+
+import typer
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from rlfoundry.algos.base import AlgorithmConfig
+from rlfoundry.config.schedule import Schedule
+
+# Sections written by a run, not set by users (the run's record of where it came from).
+RECORDED = ("provenance",)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key: its dotted path, type, default and description."""
+
+    path: str
+    type: str
+    default: str
+    description: str
+
+
+def config_sections() -> dict[str, list[Key]]:
+    """Every key users can set, by section: env, network, train, eval, logging, checkpoint, solved, then `algo`
+    once per algorithm (`algo (ppo)`), nested models flattened into dotted paths."""
+    from rlfoundry.algos.registry import algorithms
+    from rlfoundry.experiment.schema import ExperimentConfig
+
+    sections: dict[str, list[Key]] = {"(top level)": []}
+    for name, field in ExperimentConfig.model_fields.items():
+        if name in RECORDED or name == "algo":
+            continue
+        model = _model_of(field.annotation)
+        if model is None:
+            sections["(top level)"].append(_key(name, field))
+        else:
+            sections[name] = list(_keys(model, name))
+    for name, agent in sorted(algorithms().items()):
+        sections[f"algo ({name})"] = list(_keys(agent.config, "algo"))
+    return sections
+
+
+def _keys(model: type[BaseModel], prefix: str):
+    for name, field in model.model_fields.items():
+        path = f"{prefix}.{name}"
+        nested = _model_of(field.annotation)
+        if name == "name" and issubclass(model, AlgorithmConfig):  # Literal[its name]: picks the config class
+            yield Key(path, type_name(field.annotation), _default(field), "The algorithm; it decides which other "
+                      "algo keys exist (these).")
+        elif nested is Schedule:  # a leaf with a shorthand
+            yield Key(path, "float | \"lin_<start>\" | {kind, start, end}", _schedule(field),
+                      field.description or "")
+        elif nested is not None and not _is_open_dict(field):
+            if field.description:  # a nested section says what it is for, then its own keys
+                yield Key(path, "section", "", field.description)
+            yield from _keys(nested, path)
+        else:
+            yield _key(path, field)
+
+
+def _schedule(field: FieldInfo) -> str:
+    value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+    if not isinstance(value, Schedule):
+        return _default(field)
+    return f"{value.start:g}" if value.kind == "constant" else f"lin_{value.start:g}" + (
+        f" to {value.end:g}" if value.end else "")
+
+
+def _is_open_dict(field: FieldInfo) -> bool:
+    return get_origin(field.annotation) is dict
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (`X`, `X | None`), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        models = [arg for arg in get_args(annotation) if isinstance(arg, type) and issubclass(arg, BaseModel)]
+        return models[0] if len(models) == 1 else None
+    return None
+
+
+def _key(path: str, field: FieldInfo) -> Key:
+    return Key(path, type_name(field.annotation) + _bounds(field), _default(field), field.description or "")
+
+
+def type_name(annotation: Any) -> str:
+    """A readable type: `int`, `float | "auto"`, one of `"a" | "b"`, `list[int]`."""
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return " | ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(arg) for arg in get_args(annotation))
+    if origin is typing.Annotated:
+        return type_name(get_args(annotation)[0])
+    if origin is not None:
+        args = ", ".join(type_name(arg) for arg in get_args(annotation))
+        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
+    if annotation is type(None):
+        return "null"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return " | ".join(f'"{member.value}"' for member in annotation)
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _bounds(field: FieldInfo) -> str:
+    """The numeric bounds a field declares (` ≥ 0`, ` in (0, 1]`), from its metadata and its annotation's."""
+    marks = list(field.metadata)
+    if get_origin(field.annotation) is typing.Annotated:
+        marks += get_args(field.annotation)[1:]
+    low = next((f"≥ {m.ge}" for m in marks if isinstance(m, Ge)), None) or \
+        next((f"> {m.gt}" for m in marks if isinstance(m, Gt)), None)
+    high = next((f"≤ {m.le}" for m in marks if isinstance(m, Le)), None) or \
+        next((f"< {m.lt}" for m in marks if isinstance(m, Lt)), None)
+    return "".join(f", {bound}" for bound in (low, high) if bound)
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()  # type: ignore[call-arg]
+    elif field.default is PydanticUndefined:
+        return "(required)"
+    else:
+        value = field.default
+    if isinstance(value, BaseModel):
+        return "(section)"
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return "null" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
+def config_markdown() -> str:
+    """The configuration reference page: one table per section."""
+    lines = ["# Configuration reference", "",
+             "Every key of an experiment config, generated from the code (`rlfoundry.cli.reference`). Set any of them "
+             "in a YAML file or on the command line as `section.key=value`; `algo` keys depend on `algo.name`.", ""]
+    for section, keys in config_sections().items():
+        lines += [f"## {section}", "", "| key | type | default | description |", "|---|---|---|---|"]
+        lines += [f"| `{k.path}` | {_cell(k.type)} | {_cell(k.default)} | {_cell(k.description)} |" for k in keys]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or " "
+
+
+# ---------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command (`runs verify`), its help and its parameters (name, kind, default, help)."""
+
+    path: str
+    help: str
+    params: list[tuple[str, str, str, str]]
+
+
+def commands() -> list[Command]:
+    """Every command of the `rlfoundry` app, sub-commands included, in the order `--help` lists them."""
+    from rlfoundry.cli import app
+
+    root = typer.main.get_command(app)
+    found: list[Command] = []
+
+    def walk(command, path: str) -> None:
+        if hasattr(command, "commands"):  # a group (Typer's own click types are not click's classes)
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}".strip())
+            if path:
+                found.append(Command(path, (command.help or "").strip(), []))
+            return
+        params = [_param(param) for param in command.params if param.name != "help"]
+        found.append(Command(path, (command.help or "").strip(), params))
+
+    walk(root, "")
+    return sorted(found, key=lambda c: c.path)
+
+
+def _param(param) -> tuple[str, str, str, str]:
+    """(name, kind, default, help) of a parameter of Typer's click (its own classes, not click's)."""
+    text = (param.help or "").strip()
+    if param.param_type_name == "argument":
+        return (param.metavar or param.name.upper()), "argument", "", text
+    name = ", ".join(param.opts + param.secondary_opts)
+    flag = getattr(param, "is_flag", False)
+    default = "" if param.default is None or flag and param.default is False else str(param.default)
+    return name, "flag" if flag else type_name(param.type_descriptor.annotation), default, text
+
+
+def cli_markdown() -> str:
+    """The command-line reference page: each command, its help and a table of its arguments and options."""
+    lines = ["# Command-line reference", "",
+             "Every `rlfoundry` command and option, generated from the code (`rlfoundry.cli.reference`); "
+             "`rlfoundry COMMAND --help` prints the same.", ""]
+    for command in commands():
+        lines += [f"## `rlfoundry {command.path}`", "", command.help, ""]
+        if command.params:
+            lines += ["| argument or option | kind | default | description |", "|---|---|---|---|"]
+            lines += [f"| `{name}` | {kind} | {_cell(default)} | {_cell(text)} |"
+                      for name, kind, default, text in command.params]
+            lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- presets
+
+
+def presets_markdown() -> str:
+    """The presets page: each env id, its solved-at return with its source, and its variants' algorithm and core."""
+    from rlfoundry.experiment.load import load_presets, preset_layers
+
+    lines = ["# Presets", "",
+             "The tuned settings shipped for each env id, generated from the preset files (`rlfoundry presets` "
+             "lists the same). Train one with `rlfoundry train ENV_ID:VARIANT`.", "",
+             "| env id | solved at | source | variants (algorithm, core) |", "|---|---:|---|---|"]
+    for env_id, preset in sorted(load_presets().items()):
+        solved = preset.solved or {}
+        variants = []
+        for variant in preset.variants:
+            layers = preset_layers(preset, variant)
+            algo = (layers.get("algo") or {}).get("name", "ppo")
+            core = (layers.get("network") or {}).get("core", "identity")
+            variants.append(f"`{variant}` ({algo}{'' if core == 'identity' else ', ' + core})")
+        lines.append(f"| `{env_id}` | {solved.get('return', '-')} | {_cell(str(solved.get('source', '-')))} | "
+                     f"{', '.join(variants)} |")
+    return "\n".join(lines) + "\n"
