@@ -27,6 +27,23 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def test_train_options_come_from_environment_variables_and_the_command_line_wins(tmp_path):
+    import os
+
+    env = {**os.environ, "RLFOUNDRY_TOTAL_TIMESTEPS": "256", "RLFOUNDRY_SEED": "5", "RLFOUNDRY_DEVICE": "cpu",
+           "RLFOUNDRY_RUN_DIR": str(tmp_path / "from-env")}
+    quiet = ["logging.progress=false", "logging.tensorboard=false", "eval.at_end=false", "eval.every_steps=0"]
+    proc = subprocess.run([*CLI, "train", "CartPole-v1:ppo", *quiet, "--seed", "7"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "from-env" / "summary.json").read_text())
+    assert summary["total_steps"] == 256 and summary["seed"] == 7  # --seed beats RLFOUNDRY_SEED
+    bad = subprocess.run([*CLI, "train", "CartPole-v1:ppo"], capture_output=True, text=True, cwd=tmp_path,
+                         env={**env, "RLFOUNDRY_TOTAL_TIMESTEPS": "many", "RLFOUNDRY_RUN_DIR": str(tmp_path / "bad")},
+                         timeout=120)
+    assert bad.returncode == 2 and "RLFOUNDRY_TOTAL_TIMESTEPS" in bad.stderr and not (tmp_path / "bad").exists()
+
+
 def test_cli_tiny_run_writes_the_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run(

@@ -41,6 +41,9 @@ def test_the_command_page_lists_every_command_with_its_options():
     for path in paths:
         assert f"## `rlfoundry {path}`" in page
     assert "| `--total-timesteps` | int |" in page
+    train = next(command for command in commands() if command.path == "train")
+    options = [param for param in train.params if param[0].startswith("--")]
+    assert options and all("Environment variable: `RLFOUNDRY_" in text for _, _, _, text in options)
 
 
 def test_the_presets_page_lists_every_preset():

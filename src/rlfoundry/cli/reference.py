@@ -199,6 +199,8 @@ def _param(param) -> tuple[str, str, str, str]:
     if param.param_type_name == "argument":
         return (param.metavar or param.name.upper()), "argument", "", text
     name = ", ".join(param.opts + param.secondary_opts)
+    if param.envvar:
+        text += f" Environment variable: `{param.envvar}`."
     flag = getattr(param, "is_flag", False)
     default = "" if param.default is None or flag and param.default is False else str(param.default)
     return name, "flag" if flag else type_name(param.type_descriptor.annotation), default, text

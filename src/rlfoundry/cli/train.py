@@ -13,16 +13,17 @@ from rlfoundry.config.errors import ConfigError
 def train(
     spec: Annotated[str | None, typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")] = None,
     overrides: Annotated[list[str] | None, typer.Argument(help="Dotted overrides, e.g. algo.lr=3e-4 env.num_envs=16.")] = None,
-    seed: Annotated[str | None, typer.Option(help="Shortcut for train.seed=N; a list (1,2,3) runs them all as `rlfoundry trials`.")] = None,
-    total_timesteps: Annotated[int | None, typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
-    run_dir: Annotated[str | None, typer.Option(help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda (train.device).")] = None,
-    resume: Annotated[str | None, typer.Option(help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
-    debug: Annotated[bool, typer.Option("--debug", help="A quick run with debug checks (NaN/inf named where they first appear, anomaly detection), per-layer norms, verbose lines and a profile; a small budget unless one is given.")] = False,
-    profile: Annotated[bool, typer.Option("--profile", help="Profile a few iterations: profile.json and profile.md in the run directory (train.profile=true).")] = False,
-    nproc: Annotated[int | None, typer.Option(help="One run across N processes of this machine (PPO, A2C, REINFORCE): each steps env.num_envs envs, gradients averaged every update. Under torchrun, leave it out.")] = None,
+    seed: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_SEED", help="Shortcut for train.seed=N; a list (1,2,3) runs them all as `rlfoundry trials`.")] = None,
+    total_timesteps: Annotated[int | None, typer.Option(envvar="RLFOUNDRY_TOTAL_TIMESTEPS", help="Shortcut for train.total_timesteps=N.")] = None,
+    run_dir: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_RUN_DIR", help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
+    device: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_DEVICE", help="auto | cpu | cuda (train.device).")] = None,
+    resume: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_RESUME", help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
+    debug: Annotated[bool, typer.Option("--debug", envvar="RLFOUNDRY_DEBUG", help="A quick run with debug checks (NaN/inf named where they first appear, anomaly detection), per-layer norms, verbose lines and a profile; a small budget unless one is given.")] = False,
+    profile: Annotated[bool, typer.Option("--profile", envvar="RLFOUNDRY_PROFILE", help="Profile a few iterations: profile.json and profile.md in the run directory (train.profile=true).")] = False,
+    nproc: Annotated[int | None, typer.Option(envvar="RLFOUNDRY_NPROC", help="One run across N processes of this machine (PPO, A2C, REINFORCE): each steps env.num_envs envs, gradients averaged every update. Under torchrun, leave it out.")] = None,
 ) -> None:
-    """Train an agent and write a run directory (or continue one with --resume)."""
+    """Train an agent and write a run directory (or continue one with --resume). Every option can also come from
+    an environment variable, RLFOUNDRY_ and its name (RLFOUNDRY_DEVICE=cuda); the command line wins."""
     from rlfoundry.run.launch import train as launch
     from rlfoundry.run.trainer import RunFailed
 
