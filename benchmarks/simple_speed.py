@@ -13,7 +13,7 @@ Size-independent: the real ALE env's steps/s (ALE/Pong-v5 with SimPLe's settings
 16 envs) and PPO's own cost per update in the model (acting + 4 epochs of 5 minibatches of 160, MB's settings, the
 Nature CNN; measured on a stand-in simulator that returns random frames, so only the policy costs).
 
-The projection of a full run (fact sheet docs/WORLD-MODEL-SOURCES.md §1-§4, MB's schedule, any size):
+The projection of a full run (docs/world-models/simple-mbarc.md §1-§4, MB's schedule, any size):
 255,000 world-model steps at batch 4 (15,000 per epoch, ×3 in epoch 0), 22,500 reward-head batches of 32 (`mbarc`:
 1,500 per epoch), 19,000 PPO updates on 16 envs × 50 simulated steps (15.2 M simulated steps) and 102,400 real steps
 with one env (acting not counted). Sizes: `published` (MB's, hidden 96), `quarter` (hidden 24, the modified reward
@@ -57,7 +57,7 @@ from rlfoundry.world_models.training import MAX_GRAD_NORM, Adafactor, input_nois
 
 ENV_ID = "ALE/Pong-v5"
 NUM_ACTIONS = 6  # Pong's minimal action set
-STACKING, SIM_ENVS, ROLLOUT, WM_BATCH, REWARD_BATCH = 4, 16, 50, 4, 32  # MB (fact sheet §1-§4)
+STACKING, SIM_ENVS, ROLLOUT, WM_BATCH, REWARD_BATCH = 4, 16, 50, 4, 32  # MB (§1-§4)
 # MB's schedule (module docstring): world-model steps, reward-head batches, PPO updates, real steps
 WM_STEPS, REWARD_BATCHES, PPO_UPDATES, REAL_STEPS = 15_000 * (3 + 14), 1_500 * 15, 1_000 * 19, 102_400
 RGB, GREY = (3, 105, 80), (1, 52, 40)

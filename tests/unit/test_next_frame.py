@@ -116,7 +116,7 @@ def test_full_model_size_and_one_step():
     model = NextFramePredictor(NextFrameConfig(), num_actions=18)
     total = sum(p.numel() for p in model.parameters())
     posterior = sum(p.numel() for p in model.posterior.parameters())
-    # fact sheet §2.1 "Size": ≈63–64 M on the inference path, ≈5 M more in the posterior net
+    # docs/world-models/simple-mbarc.md §2.1 "Size": ≈63–64 M on the inference path, ≈5 M more in the posterior net
     assert (total, posterior) == (69_522_796, 5_398_856)
     assert model.level_channels == (96, 192, 384, 768, 768, 768)
     assert model.level_sizes == ((105, 80), (52, 40), (26, 20), (13, 10), (6, 5), (3, 2))

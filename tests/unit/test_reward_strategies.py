@@ -163,6 +163,7 @@ def test_dispatch_matches_the_strategy_functions():
 
 
 def test_steps_per_epoch_follow_the_fact_sheet():
+    """The head-training counts of docs/world-models/simple-mbarc.md §4.1 (MB `Trainer.train_reward_model`)."""
     assert STRATEGIES == ("online", "class_balanced", "square_root", "progressively_balanced", "mbarc")
     assert REWARD_STEPS_PER_EPOCH == {"class_balanced": 450, "square_root": 475, "progressively_balanced": 1000,
                                       "mbarc": 1500}

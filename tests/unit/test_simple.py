@@ -1,5 +1,5 @@
 """The simple agent (SimPLe with MBARC's reward strategies) on a small pixel game: its schedules by hand, an epoch
-with every reward strategy (MB's `online` crashed, §6 item 5 of the fact sheet), the reward phase training the head
+with every reward strategy (MB's `online` crashed, docs/world-models/simple-mbarc.md §6 item 5), the reward phase training the head
 alone, and the real collection's bookkeeping."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _agent(**algo) -> tuple[Simple, object]:
 def test_ppo_multiplier_is_simples_z():
     z = [ppo_multiplier(epoch, 15) for epoch in range(15)]
     assert [e for e, m in enumerate(z) if m == 2] == [7, 11] and z[14] == 3
-    assert sum(z) == 19  # 19 × 800K = 15.2M simulated steps (fact sheet §3)
+    assert sum(z) == 19  # 19 × 800K = 15.2M simulated steps (§3 of that page)
     assert SimpleConfig().epochs(102_400) == 15
 
 
@@ -136,7 +136,7 @@ def test_collection_starts_from_a_reset_and_restarts_from_its_first_stack():
     first = agent.first_stack
     assert first is not None and first.shape == (12, 20, 16)
     stacks = agent._restarts(np.random.default_rng(0), 3)
-    assert np.array_equal(stacks[-1], first)  # flip_first_random (MB default; fact sheet §3)
+    assert np.array_equal(stacks[-1], first)  # flip_first_random (MB default; §3 of that page)
     episodes = int(agent.replay.dones[:agent.replay.num_steps].sum())
     assert episodes == 500 // 199  # Catch's episodes are 199 steps; the last one is left unfinished
     assert np.isnan(agent.replay.values[agent.replay.num_steps - 1])

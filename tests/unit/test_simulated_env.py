@@ -1,5 +1,5 @@
 """SimPLe's simulated vector env: Gymnasium's vector-env expectations, restarts from real frames, the episode end
-(the port's done that never fired, §6 item 2 of the fact sheet), exact RNG state, and a PPO iteration on it."""
+(the port's done that never fired, docs/world-models/simple-mbarc.md §6 item 2), exact RNG state, and a PPO iteration on it."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_episode_end_fires_once_then_autoresets(add_value):
         obs, reward, terminated, truncated, info = env.step(torch.zeros(ENVS, dtype=torch.long))
         total += reward
         last = t == LENGTH - 1
-        # the port's done never fired (fact sheet §6 item 2): here the last step ends every episode, once
+        # the port's done never fired (§6 item 2 of that page): here the last step ends every episode, once
         assert bool(terminated.all()) == (last and add_value) and bool(truncated.all()) == (last and not add_value)
         assert not (terminated & truncated).any()
         assert ("episode" in info) == last

@@ -1,5 +1,5 @@
 """DreamerV3 (Hafner et al. 2023, arXiv:2301.04104 v2 / Nature 2025), following the reference code's current
-version throughout (danijar/dreamerv3 HEAD, read at f8817c4; fact sheet docs/WORLD-MODEL-SOURCES.md,
+version throughout (danijar/dreamerv3 HEAD, read at f8817c4; docs/world-models/dreamer-planet.md,
 column V3-HEAD): block-GRU RSSM with RMSNorm, zero initial state, replay context, one LaProp optimizer with AGC,
 REINFORCE for discrete and continuous actions, the replay value loss, the discount inside the continue head.
 

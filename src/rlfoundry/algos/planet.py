@@ -1,6 +1,6 @@
 """PlaNet (Hafner et al. 2019, arXiv:1811.04551): a latent dynamics model learned from replayed sequences, and
 actions chosen by planning in its latent space with the cross-entropy method. Settings are the camera-ready ones
-of google-research/planet (`scripts/configs.py`; fact sheet docs/WORLD-MODEL-SOURCES.md §7, checked
+of google-research/planet (`scripts/configs.py`; docs/world-models/dreamer-planet.md §7, checked
 against the source):
 
     seed_episodes episodes of uniformly random actions

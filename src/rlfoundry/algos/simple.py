@@ -1,7 +1,7 @@
 """SimPLe: model-based RL on Atari 100k (Kaiser et al. 2019, arXiv:1903.00374), with MBARC's reward strategies.
 
-Defaults follow the MBARC PyTorch port (tag MB, thomas-schillaci/mbarc_atari; fact sheet
-docs/WORLD-MODEL-SOURCES.md, § numbers below). One `iterate` is one SimPLe epoch:
+Defaults follow the MBARC PyTorch port (tag MB, thomas-schillaci/mbarc_atari;
+docs/world-models/simple-mbarc.md, whose § numbers are cited below). One `iterate` is one SimPLe epoch:
 
     epoch 0 first: random_steps real steps with uniformly random actions                           §1
     every epoch:

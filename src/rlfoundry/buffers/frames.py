@@ -14,7 +14,7 @@ never reaches back into another episode: its S frames are the reset stack or wer
 Frames stored = steps + S per episode start (the S reset frames; the last step's next frame, the episode's true
 final frame, is kept as the world model's target), against S + 1 frames per step for stacks stored whole.
 
-Values, computed retroactively as in the MBARC port (fact sheet §1, MB `VecRecorderWrapper.step`): when an episode
+Values, computed retroactively as in the MBARC port (docs/world-models/simple-mbarc.md §1, MB `VecRecorderWrapper.step`): when an episode
 ends, its last transition gets 0 and, walking back to the episode's first transition,
 v_i = (class_i - 1) + gamma * v_{i+1}. (So v_i leaves out the last step's reward: the port's rule, kept.)
 Reward classes are sign(r) + 1 in {0, 1, 2}; values are computed in float64 from the classes as signed numbers

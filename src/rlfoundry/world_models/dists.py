@@ -109,8 +109,8 @@ def gaussian_kl(mean_p, std_p, mean_q, std_q) -> torch.Tensor:
 
 
 def kl_balance(kl, posterior, prior, free: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """KL balancing with free bits (DreamerV3 §3): `kl(p, q)` on the posterior and prior's parameters (tuples),
-    -> (dyn, rep), each [...]:
+    """KL balancing with free bits (DreamerV3 §3; docs/world-models/dreamer-planet.md §3): `kl(p, q)` on the
+    posterior and prior's parameters (tuples), -> (dyn, rep), each [...]:
 
         dyn = max(free, KL[sg(posterior) ‖ prior])    trains the prior (the dynamics)
         rep = max(free, KL[posterior ‖ sg(prior)])    trains the posterior (the representation)

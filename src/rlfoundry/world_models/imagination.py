@@ -13,7 +13,8 @@ step). boot is the critic's value in imagination and the imagined return from ea
 
 The scale of returns (`PercentileScale`): exponential moving averages of the 5th and 95th percentiles of the batch's
 returns, updated before they are read, starting at 0 without bias correction; the scale is max(1, P95 - P5), so
-returns are divided down only when their spread exceeds 1 (DreamerV3 §3, "return normalization").
+returns are divided down only when their spread exceeds 1 (DreamerV3 §3, "return normalization";
+docs/world-models/dreamer-planet.md §4).
 """
 
 from __future__ import annotations

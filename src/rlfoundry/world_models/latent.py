@@ -1,4 +1,4 @@
-"""DreamerV3's world model (reference code HEAD; fact sheet dreamer_planet.md §1-§3, checked against
+"""DreamerV3's world model (reference code HEAD; docs/world-models/dreamer-planet.md §1-§3, checked against
 danijar/dreamerv3 f8817c4 `dreamerv3/rssm.py`, `agent.py`): an encoder, the RSSM, a decoder and reward and continue
 heads, trained on replayed sequences with one loss per (batch, time) element:
 

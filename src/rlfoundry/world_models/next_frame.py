@@ -1,7 +1,7 @@
 """SimPLe's stochastic next-frame predictor (Kaiser et al. 2019, arXiv:1903.00374), with MBARC's reward head.
 
-Sizes and structure follow the MBARC PyTorch port's defaults (tag **MB**, thomas-schillaci/mbarc_atari, as the
-project's fact sheet docs/WORLD-MODEL-SOURCES.md gives them; § numbers below are that sheet's). The code is
+Sizes and structure follow the MBARC PyTorch port's defaults (tag **MB**, thomas-schillaci/mbarc_atari, as
+docs/world-models/simple-mbarc.md gives them; § numbers below are that page's). The code is
 this project's own. One step of the model, for a batch of B observations of S = 4 stacked RGB frames:
 
     x      = standardise(frames / 255) per frame channel                         [B, S·C, H, W]    §2.1
@@ -68,7 +68,7 @@ False`: 32 samples of tiny 1.26 -> 2.82 batches/s).
 
 Size (computed with this code: `NextFramePredictor(NextFrameConfig(), num_actions=18)`; a test pins it):
 69,522,796 parameters with the modified reward head, of which 5,398,856 are the posterior net (training only), so
-64,123,940 on the simulator's path; with the original head 68,665,036 / 63,266,180. The fact sheet estimates
+64,123,940 on the simulator's path; with the original head 68,665,036 / 63,266,180. That page estimates
 ≈63–64 M on the inference path plus ≈5 M in the posterior (§2.1 "Size", §7): it agrees. Parts: encoder 25.07 M,
 decoder 25.07 M, middle 10.62 M, LSTM prior 1.97 M (its three 4608 -> 128 initial maps are 1.77 M), modified head
 0.97 M (original 0.11 M), action injectors 0.14 M, output layer 0.07 M. The posterior is 0.4 M above MB's
@@ -101,7 +101,7 @@ RewardHead = Literal["modified", "original"]
 
 @dataclass(frozen=True)
 class NextFrameConfig:
-    """Sizes and settings of the predictor's layers. Defaults are MB's (fact sheet rows cited per field). The frames
+    """Sizes and settings of the predictor's layers. Defaults are MB's (the page's rows cited per field). The frames
     it reads (MB: 4 stacked RGB 105×80 frames, §1) are the predictor's arguments, given by the env."""
 
     hidden_size: int = 96  # §2.1 "Embedding" (`--hidden-size`)
@@ -389,7 +389,7 @@ REWARD_HEADS: dict[str, type[nn.Module]] = {"modified": MBARCRewardHead, "origin
 
 class NextFramePredictor(nn.Module):
     """The world model: next frame, reward class and value from `stacking` frames of `frame_shape` [C, H, W] and an
-    action (module docstring). MB: frame_shape (3, 105, 80), stacking 4 (fact sheet §1)."""
+    action (module docstring). MB: frame_shape (3, 105, 80), stacking 4 (§1)."""
 
     def __init__(self, cfg: NextFrameConfig, num_actions: int, frame_shape: tuple[int, int, int] = (3, 105, 80),
                  stacking: int = 4):

@@ -1,5 +1,5 @@
 """Planning in a learned latent space: the cross-entropy method of PlaNet (Hafner et al. 2019, arXiv:1811.04551
-§3; google-research/planet `control/planning.py` `cross_entropy_method`; fact sheet dreamer_planet.md §7).
+§3; google-research/planet `control/planning.py` `cross_entropy_method`; docs/world-models/dreamer-planet.md §7).
 
     mean, std = 0, 1                                  over [horizon, action_dim], per env
     repeat `iterations` times:

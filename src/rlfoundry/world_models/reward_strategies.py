@@ -1,6 +1,6 @@
 """How SimPLe's reward head is trained: MBARC's strategies for the rare rewarded frames.
 
-Source tags are those of the project's fact sheet (docs/WORLD-MODEL-SOURCES.md, §0, §4): **MB** =
+Source tags are those of docs/world-models/simple-mbarc.md (§0, §4), whose § numbers are cited below: **MB** =
 thomas-schillaci/mbarc_atari at 5aad3d8 (`mbarc/trainer.py` `Trainer.train_reward_model`, `mbarc/focal_loss.py`),
 **Desc** = the written overview of MB this project was planned from.
 
@@ -33,7 +33,7 @@ Where the sources disagree, and what this module follows:
     right after the last reward of the episode before (MB agrees: it checks that the previous one was not
     terminal). MB's look-ahead to the *next* transition sits in an `elif` that only runs for buffer index 0;
     it is dropped, so index 0, having no predecessor, is category 0 when its reward is zero.
-- `online`: MB raises NotImplementedError for it in `train_reward_model` (§4.2, §6.5); here it simply has no
+- `online`: MB raises NotImplementedError for it in `train_reward_model` (§4.2, §6 item 5); here it simply has no
   sampler, and `class_balanced_focal_loss` is the loss MB's `--use-cbf-loss` would have given it.
 - Counts and draws: MB counts classes and draws over the whole buffer and adds 1e-4 to every weight. Here both
   are over the transitions the caller marks usable, with exact weights; a total weight of zero (one class
@@ -59,7 +59,7 @@ SAMPLED_STRATEGIES: tuple[str, ...] = tuple(s for s in STRATEGIES if s != "onlin
 NUM_REWARD_CLASSES = 3  # classes 0, 1, 2 for clipped rewards -1, 0, +1
 ZERO_REWARD = 1  # the class of a zero reward
 
-# Reward-head steps per epoch, each of REWARD_BATCH_SIZE samples: MB `Trainer.train_reward_model` (fact sheet §4.1);
+# Reward-head steps per epoch, each of REWARD_BATCH_SIZE samples: MB `Trainer.train_reward_model` (§4.1);
 # `--reward-model-batch-size` 32. `online` trains inside the world-model steps instead.
 REWARD_STEPS_PER_EPOCH: dict[str, int] = {
     "class_balanced": 450, "square_root": 475, "progressively_balanced": 1000, "mbarc": 1500,
@@ -228,7 +228,7 @@ def reward_training_indices(strategy: str, reward_classes, episode_ends, usable,
 
 def class_balanced_focal_loss(logits: torch.Tensor, targets: torch.Tensor, class_counts, *, gamma: float = 2.0,
                               beta: float = 0.9999) -> torch.Tensor:
-    """MBARC's class-balanced focal loss (MB `focal_loss.get_cbf_loss`, fact sheet §4.4), a scalar tensor.
+    """MBARC's class-balanced focal loss (MB `focal_loss.get_cbf_loss`, §4.4), a scalar tensor.
 
         FL_i = -(1 - p_i)^γ · log p_i          p_i = softmax(logits_i)[y_i]   (Lin et al. 2017)
         w_c  = (1 - β) / (1 - β^{n_c})         n_c = class_counts[c] clamped to >= 1   (Cui et al. 2019)

@@ -1,5 +1,5 @@
-"""The recurrent state-space model shared by DreamerV3 and PlaNet (Hafner et al. 2019 §3, 2023 §2; fact sheet
-docs/WORLD-MODEL-SOURCES.md §1 and §7).
+"""The recurrent state-space model shared by DreamerV3 and PlaNet (Hafner et al. 2019 §3, 2023 §2;
+docs/world-models/dreamer-planet.md §1 and §7).
 
 The state is a deterministic recurrent part h (`deter` units) and a stochastic part z:
 

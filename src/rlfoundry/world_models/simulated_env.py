@@ -14,7 +14,7 @@ action and returns reward 0. Ended episodes report `info["episode"]` ("r", "l", 
 `gymnasium.wrappers.vector.RecordEpisodeStatistics` does. All envs begin and end their episodes together (one
 host counter, so knowing when an episode ends needs no device sync).
 
-The end of a simulated episode, following the MBARC port's defaults (fact sheet §3 "Simulated reward",
+The end of a simulated episode, following the MBARC port's defaults (docs/world-models/simple-mbarc.md §3 "Simulated reward",
 "Terminal"), with its defect fixed:
 - `add_value` (default, MB): at the last step the world model's value estimate is added to the reward and the
   episode TERMINATES, so PPO does not bootstrap again. The port meant to end it there but its done flag never
@@ -55,7 +55,7 @@ class SimulatedEnv(VectorEnv):
     def __init__(self, model: NextFramePredictor, restarts: Restarts, num_envs: int, episode_length: int = 50,
                  add_value: bool = True, temperature: float = 1.0, graphed: Graphed | None = None):
         """`restarts(rng, n)`: n real frame stacks [n, S·C, H, W] uint8 to start episodes from. MB: 16 envs,
-        episodes of 50 steps (the rollout length), the LSTM prior sampled at temperature 1 (fact sheet §1, §2.2, §3).
+        episodes of 50 steps (the rollout length), the LSTM prior sampled at temperature 1 (§1, §2.2, §3 of that page).
         `graphed(step, generators)` wraps the model's step (`advance`) in a CUDA graph: the agent's
         `Runtime.graphed`."""
         if episode_length < 1 or num_envs < 1:

@@ -1,4 +1,4 @@
-"""Training SimPLe's world model and its reward head on real transitions (fact sheet §2.3, §4.1; MB
+"""Training SimPLe's world model and its reward head on real transitions (docs/world-models/simple-mbarc.md §2.3, §4.1; MB
 `Trainer.train_world_model`, `Trainer.train_reward_model`).
 
 World model, one optimizer step per predicted frame, no gradient through time:
@@ -19,7 +19,7 @@ sample, and the median is the per-element median over the batch.
 
 Reward head (strategies other than `online`): after the world-model phase, batches of transitions drawn by the
 strategy's sampler (`reward_strategies`), the body in eval mode and without gradients (MB back-propagated through the
-frozen body for nothing, fact sheet §6 item 8), only the head updated, by its own Adafactor, plain cross-entropy.
+frozen body for nothing, §6 item 8 of that page), only the head updated, by its own Adafactor, plain cross-entropy.
 
 Optimizer: `Adafactor` is torch.optim.Adafactor (its defaults are MB's relative-step Adafactor) with the same update
 written in vectorised operations. torch's CPU step takes the row and column means of g² as `torch.norm(g, dim=-1/-2)`,

@@ -1,7 +1,7 @@
 """Image encoders and decoders of the latent models: DreamerV3's and PlaNet's.
 
-DreamerV3's image encoder and decoder (reference code HEAD, `dreamerv3/rssm.py` `Encoder`, `Decoder`; fact sheet
-dreamer_planet.md §2, checked against danijar/dreamerv3 f8817c4). Images are uint8 [C, H, W] with H and W divisible
+DreamerV3's image encoder and decoder (reference code HEAD, `dreamerv3/rssm.py` `Encoder`, `Decoder`;
+docs/world-models/dreamer-planet.md §2, checked against danijar/dreamerv3 f8817c4). Images are uint8 [C, H, W] with H and W divisible
 by 16 (the reference uses 64 × 64), scaled to [0, 1] and shifted by -0.5 for the encoder; `depth` d sets the
 channels d·(2, 3, 4, 4) of the four stages.
 
@@ -12,7 +12,7 @@ channels d·(2, 3, 4, 4) of the four stages.
               then nearest ×2 → Conv k5 to C channels → sigmoid: the image in [0, 1]
     loss:     Σ over pixels and channels of (decoded - image / 255)²
 
-PlaNet's (google-research/planet `networks/conv_ha.py`, `tools/preprocess.py`; fact sheet §7): 64 × 64 images only.
+PlaNet's (google-research/planet `networks/conv_ha.py`, `tools/preprocess.py`; §7 of that page): 64 × 64 images only.
 
     input:    5-bit images: floor(image / 2^(8-bits)) / 2^bits + U(0, 2^-bits) - 0.5  (dequantisation noise), which
               is also the reconstruction target
