@@ -1,4 +1,4 @@
-"""The policy API (`rlfoundry.load_policy`), `rlfoundry play` and `rlfoundry export`: the README's example runs, `act`
+"""The policy API (`rlfoundry.load_policy`), `rlfoundry play` and `rlfoundry export`: the documented example runs, `act`
 normalises as the evaluation envs do and carries memory as `evaluate` does, play writes videos and prints returns,
 and the exported ONNX and TorchScript files give `policy.act`'s actions for an MLP, a CNN, an LSTM and SAC's actor."""
 
@@ -55,13 +55,15 @@ def fresh_policy(spec: str, overrides: list[str], obs_stats=None) -> Policy:
     return Policy(cfg, agent, env_spec, obs_stats, 0, spec)
 
 
-def test_the_readme_example_runs(cartpole, tmp_path, monkeypatch, capsys):
-    text = (ROOT / "README.md").read_text()
+@pytest.mark.parametrize("page", ["README.md", "docs/guide/trained-agents.md"])
+def test_the_documented_example_runs(page, cartpole, tmp_path, monkeypatch, capsys):
+    """The README's quick start and the Trained agents page show the same example, and it runs."""
+    text = (ROOT / page).read_text()
     block = re.search(r"<!-- policy-example: .*? -->\n```python\n(.*?)```", text, re.S).group(1)
     assert len(block.strip().splitlines()) <= 12
     shutil.copytree(cartpole, tmp_path / "runs" / cartpole.name)
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "README.md", "exec"), {})
+    exec(compile(block, page, "exec"), {})
     assert re.fullmatch(r"return \d+\.0\n", capsys.readouterr().out)
 
 

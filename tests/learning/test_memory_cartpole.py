@@ -3,7 +3,7 @@
 Feed-forward PPO sees one position and one angle and cannot tell which way the pole falls: it stays far below the
 threshold (best evaluation return under 200 in 40k steps; it is ~45 at 100k). The same PPO with an LSTM core
 (`ppo-lstm`) reaches 475 within the preset's 100k steps for 2 seeds (`bench arch`, 3 seeds: solved at 15k–45k,
-median 40k). GRU, Transformer-XL and Mamba rows come from `rlfoundry bench arch` (README)."""
+median 40k). GRU, Transformer-XL and Mamba rows come from `rlfoundry bench arch` (docs/guide/memory-cores.md)."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """Callbacks (`rlfoundry.run.hooks`): a user's callback sees every row in the order of the events, an early stop
 ends a short CartPole PPO run as a stop signal does (a checkpoint, status `stopped`) and the run resumes to the
-same rows as an uninterrupted one; the README's example runs."""
+same rows as an uninterrupted one; the documentation's example runs."""
 
 from __future__ import annotations
 
@@ -118,10 +118,10 @@ def test_a_callback_must_be_a_callback(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_the_readme_example_is_the_script_and_it_runs(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"### Callbacks.*?```python\n(.*?)```", readme, re.S).group(1)
-    assert block.strip() in EXAMPLE.read_text()  # the README shows the script's callback and call
+def test_the_documented_example_is_the_script_and_it_runs(tmp_path):
+    page = (ROOT / "docs" / "guide" / "getting-started.md").read_text()
+    block = re.search(r"^## Callbacks\n.*?```python\n(.*?)```", page, re.S | re.M).group(1)
+    assert block.strip() in EXAMPLE.read_text()  # Getting started shows the script's callback and call
     done = subprocess.run([sys.executable, str(EXAMPLE), "25", *SHORT, "train.total_timesteps=8192",
                            "eval.every_steps=0"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -78,7 +78,7 @@ class DQN(OffPolicyAgent):
     name = "dqn"
     config = DQNConfig
     graphs = True
-    graphs_by_default = True  # DQN Breakout on an H200: 1.25x the eager steps/s (README, "CUDA graphs")
+    graphs_by_default = True  # DQN Breakout on an H200: 1.25x the eager steps/s (docs/guide/performance.md, "CUDA graphs")
     monitors = {"diag/q_mean": Q_DIVERGENCE, "loss/q": VALUE_BLOWUP}
 
     def __init__(self, cfg, spec, runtime: Runtime):

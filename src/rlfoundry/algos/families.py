@@ -305,7 +305,7 @@ class LatentAgent(Agent):
     updates each step owes (`updates_owed`) and writes one update (`update`). Actions are in [-1, 1] for Box
     spaces (`to_env` scales them)."""
 
-    compiles = False  # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes (README)
+    compiles = False  # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes (docs/guide/performance.md)
     row_steps = ROW_STEPS  # an iteration is a few env steps and their updates
     replay: SequenceReplay  # built by each algorithm's __init__
     model: LatentModel

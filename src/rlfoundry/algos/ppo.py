@@ -167,7 +167,7 @@ class PPO(OnPolicyAgent):
     name = "ppo"
     config = PPOConfig
     # train.compile=auto compiles PPO: measured to pay off on long runs (A2C gains 1.16x steady, DQN and SAC run slower
-    # compiled: README, "Threads, precision and compilation")
+    # compiled: docs/guide/performance.md, "Threads, precision and compilation")
     compile_by_default = True
     compile_evaluate = False  # the whole minibatch loss is compiled instead
     graphs = True  # the minibatch step (not yet measured on a GPU: train.cuda_graphs=auto leaves it eager)

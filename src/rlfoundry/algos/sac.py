@@ -151,7 +151,7 @@ class SAC(OffPolicyAgent):
     name = "sac"
     config = SACConfig
     graphs = True
-    graphs_by_default = True  # SAC HalfCheetah on an H200: 3.5x the eager steps/s (README, "CUDA graphs")
+    graphs_by_default = True  # SAC HalfCheetah on an H200: 3.5x the eager steps/s (docs/guide/performance.md, "CUDA graphs")
     monitors = {
         # α collapse: the learned temperature shrinks while the policy's entropy stays above target_entropy; four
         # orders of magnitude below its start (1 with ent_coef auto, as SB3) the entropy term no longer shapes the

@@ -109,7 +109,7 @@ class TD3(OffPolicyAgent):
     name = "td3"
     config = TD3Config
     graphs = True
-    graphs_by_default = True  # TD3 HalfCheetah on an H200: 2.5x the eager steps/s (README, "CUDA graphs")
+    graphs_by_default = True  # TD3 HalfCheetah on an H200: 2.5x the eager steps/s (docs/guide/performance.md, "CUDA graphs")
     monitors = {"diag/q_mean": Q_DIVERGENCE, "loss/critic": VALUE_BLOWUP}
 
     def __init__(self, cfg, spec, runtime: Runtime):

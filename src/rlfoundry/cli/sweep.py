@@ -15,7 +15,7 @@ from rlfoundry.config.errors import ConfigError
 
 def sweep(
     sweep_file: Annotated[Path, typer.Argument(help="The sweep file: base, overrides, method, objective, budget, "
-                                                    "pruner, parameters (README, \"Hyperparameter sweeps\").",
+                                                    "pruner, parameters (docs/guide/experiments.md, \"Hyperparameter sweeps\").",
                                                metavar="SWEEP.yaml")],
     workers: Annotated[int | None, typer.Option(help="Runs at once (default: the cores this process may use); "
                                                         "each gets its share of the cores.")] = None,

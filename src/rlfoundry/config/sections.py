@@ -277,13 +277,13 @@ class TrainConfig(StrictModel):
 
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the acting and learning functions (every algorithm). The first iterations then "
-        "compile, for tens of seconds on a CPU. auto: where it was measured to pay off (see the README's "
+        "compile, for tens of seconds on a CPU. auto: where it was measured to pay off (see docs/guide/performance.md, "
         "\"Threads, precision and compilation\"); resolved once and kept on resume.",
     )
     cuda_graphs: bool | Literal["auto"] = Field(
         "auto", description="On CUDA, capture each steady-state gradient step (SAC, TD3, DDPG, DQN; PPO's minibatch "
         "step; DreamerV3's and PlaNet's updates) in a CUDA graph and replay it: one launch instead of hundreds. auto: where it was measured to pay (the "
-        "README's \"Threads, precision and compilation\"); off on the CPU, with train.debug, and across processes. "
+        "docs/guide/performance.md, \"Threads, precision and compilation\"); off on the CPU, with train.debug, and across processes. "
         "Resolved once and kept on resume.",
     )
     deterministic: bool = Field(

@@ -40,7 +40,7 @@ are read-only (torch warns once about that when it wraps one). With JAX on a GPU
 `rlfoundry.buffers.rollout`) and tensor versions of the episode statistics and normalisation wrappers.
 
 Compilation: the first reset for a given (name, kwargs, num_envs) compiles the step, the only function there is
-(a reset is that step with every sub-env restarting): seconds to tens of seconds on a CPU, see the README. The
+(a reset is that step with every sub-env restarting): seconds to tens of seconds on a CPU, see docs/guide/environments.md. The
 jitted functions are kept per (name, kwargs) in `PHYSICS`, and `jax.jit` keeps one compilation per batch shape, so
 evaluation envs of the same size reuse the training envs' code. Setting `JAX_COMPILATION_CACHE_DIR` keeps
 compilations across processes (halfcheetah x 64: 15.5 s the first time, 2.8 s the next).

@@ -6,7 +6,7 @@ about ten times slower than fp32, and oneDNN has no bf16 LSTM) to CPUs with AVX-
 - Threads (`auto`): the cores this process may use (its CPU affinity, a cgroup CPU quota, and a share of them when
   `RLFOUNDRY_CONCURRENT_RUNS` runs share the machine), for networks where more threads pay off: image encoders
   and MLPs at least `WIDE_LAYER` units wide. Smaller networks run on one thread: their operations are too small
-  to split, and the extra threads only add synchronisation (see the README's "Threads, precision and compilation").
+  to split, and the extra threads only add synchronisation (see docs/guide/performance.md, "Threads, precision and compilation").
 - Precision (`auto`): bf16 autocast where the device runs bfloat16 natively (a CUDA device that supports it; a CPU
   with AVX-512 BF16 or AMX) and the network has an image encoder, where it was measured to pay off; fp32 elsewhere.
   An explicit `bf16` without native support trains on, with a warning naming the CPU and the expected slowdown.
@@ -142,12 +142,12 @@ def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: 
     """`train.compile` resolved, and a warning where `true` cannot be honoured (the algorithm has no compiled path:
     `Agent.compiles`). auto: an algorithm whose compiled path is measured to pay off (`Agent.compile_by_default`:
     PPO) with a feed-forward core over a run long enough to win back the compilation (COMPILE_PAYS_FROM steps),
-    where a C++ compiler is found; everything else stays eager (see the README's measurements)."""
+    where a C++ compiler is found; everything else stays eager (see the measurements in docs/guide/performance.md)."""
     from rlfoundry.algos import algorithm
 
     agent = algorithm(algo)
     if requested is True and not agent.compiles:
-        return False, (f"train.compile=true: {algo} has no compiled path (the README's \"Threads, precision and "
+        return False, (f"train.compile=true: {algo} has no compiled path (docs/guide/performance.md, \"Threads, precision and "
                        f"compilation\" says why); it runs eager")
     if requested != "auto":
         return bool(requested), None
@@ -160,7 +160,7 @@ def resolve_cuda_graphs(requested: bool | str, algo: str, device: torch.device, 
     """`train.cuda_graphs` resolved, and a warning where `true` cannot be honoured: graphs need CUDA, an algorithm
     with graphed steps (`Agent.graphs`), one process, and no debug checks (they read
     values on the host at every update). auto: on CUDA for the algorithms whose graphed steps were measured to pay
-    (`Agent.graphs_by_default`; the README's "Threads, precision and compilation")."""
+    (`Agent.graphs_by_default`; docs/guide/performance.md, "Threads, precision and compilation")."""
     from rlfoundry.algos import algorithm
 
     agent = algorithm(algo)

@@ -115,7 +115,7 @@ def _check_shared(ray, out: Path) -> None:
         if blind:
             raise ConfigError(f"{what}: not visible from the Ray node(s) {', '.join(blind)}. With --backend ray the "
                               "runs start in it and write into --out from every node, so both must be on a shared file "
-                              "system mounted at the same path everywhere (README, \"Ray clusters\")")
+                              "system mounted at the same path everywhere (docs/guide/experiments.md, \"Ray clusters\")")
 
 
 # ---------------------------------------------------------------- a run on some node

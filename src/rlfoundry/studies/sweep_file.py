@@ -316,7 +316,7 @@ def run_args(sweep: SweepFile, spec: str, labels: dict[str, Any], seed: int, gro
 
 
 def experiment(sweep: SweepFile, spec: str, labels: dict[str, Any], seed: int) -> dict[str, Any]:
-    """An experiment file (README "Config") for one run of a trial: `preset: SPEC` or the base file's contents,
+    """An experiment file (docs/guide/getting-started.md, "Config") for one run of a trial: `preset: SPEC` or the base file's contents,
     then the overrides, the parameters and the seed as nested keys."""
     data = read_yaml(Path(spec)) if spec.endswith((".yaml", ".yml")) else {"preset": spec}
     return apply_overrides(data, [*sweep.overrides, *overrides(sweep, labels), f"train.seed={seed}"])

@@ -66,7 +66,7 @@ def best_seed(sweep: SweepFile, trial: FrozenTrial) -> int:
 def _best_yaml(out: Path, sweep: SweepFile, spec: str, trial: FrozenTrial, seed: int) -> str:
     """The base (preset or file), the overrides, the parameters and the seed as one experiment file. A run whose
     `auto` threads resolved to its share of the machine gets that count pinned: results repeat only at the same
-    count (README, "Reproducibility")."""
+    count (docs/guide/runs.md, "Reproducibility")."""
     data = experiment(sweep, spec, trial.params, seed)
     threads = _resolved_threads(run_dir(out, folder(trial), seed))
     if threads is not None:

@@ -1,6 +1,6 @@
 """`rlfoundry runs verify RUN`: is this run reproducible? Train it again and compare its metrics rows.
 
-The README's "Reproducibility" promises that two CPU runs with the same seed and the same resolved thread count
+The "Reproducibility" section of docs/guide/runs.md promises that two CPU runs with the same seed and the same resolved thread count
 write the same `metrics.csv` rows apart from the timing columns. This checks a given run against that promise on
 this machine: its recorded config is trained again in a temporary run directory with what the run's start
 resolved pinned, as a resume keeps it (threads, precision, compilation, vectorization, device), for all of the run
