@@ -46,34 +46,9 @@ MB against tensor2tensor (T2T) at the points of §2.5 that concern the network, 
 - Reward heads (§4.4): `modified` (MBARC's, MB's default) and `original` (SimPLe's). The modified head's width is
   `reward_head_channels` (MB hard-codes 96) and its flat size is computed from the real bottleneck size.
 
-Cost (measured with `benchmarks/simple_speed.py`: AMD EPYC, Zen 4, lscpu flags avx2, avx512f, avx512_bf16, no amx;
-1 torch thread, 2 cores shared with other jobs, torch 2.13, fp32). The bound is a simulated step's matmul and conv
-FLOPs (FlopCounterMode) at the GFLOP/s of a 2048² fp32 matmul (94). Simulated steps/s of 16 envs: published size
-11.09 GFLOP per step (5.54 GMAC, §7's MBARC figure), 6.4–6.9 steps/s, 0.75–0.81 of the bound; hidden 24 0.93 GFLOP,
-48 steps/s, 0.48; `tiny` with 3 compress steps at 3×105×80 0.43 GFLOP, 80 steps/s, 0.36, at grey 1×52×40 0.071
-GFLOP, 497 steps/s, 0.38. The 256·C-way output layer (§7 "Floor at small widths"): `simulate` never builds the
-logits on the CPU but runs the output matmul and the argmax on blocks of 2^18 logits (`CPU_ARGMAX_BLOCK`), with a
-vectorised argmax (`_first_max`, torch.argmax is a scalar loop there): for 16 samples at 3×105×80, 104 ms at hidden
-16 (501 ms with the full logits and torch.argmax), 280 ms at hidden 96 (624). Simulated steps/s before -> after, in
-one run: tiny 27 -> 70, hidden 24 22 -> 43, published 5.0 -> 5.7, tiny grey 231 -> 378. Left at small widths: the
-argmax's four passes over 256·C logits per pixel (≈0.3 ns per logit, about the matmul's time at hidden 16), the
-convolutions at few channels, InstanceNorm and the input standardisation's var_mean. Training keeps the full logits
-for its loss: F.cross_entropy on [B, 256, C, H, W] and on a [B·H·W·C, 256] layout, or log_softmax + gather there,
-cost the same (312 ms against 299 and 306, batch 4, hidden 16; 451, 442, 445 at hidden 96, output layer and loss
-forward and backward), bf16 logits no less and change the loss's gradients by ≈5e-3 relative: not taken. A loss
-computed block by block (recomputing the logits in backward, never materialising them) measured 138 and 319 ms with
-the same loss: a candidate, with an API change. Two exact savings taken: the argmax frame fed back in training
-(`colour_argmax`, 59 -> 32 ms at batch 4) and the reward head's training pass without frame logits (`frame_logits=
-False`: 32 samples of tiny 1.26 -> 2.82 batches/s).
-
-Size (computed with this code: `NextFramePredictor(NextFrameConfig(), num_actions=18)`; a test pins it):
-69,522,796 parameters with the modified reward head, of which 5,398,856 are the posterior net (training only), so
-64,123,940 on the simulator's path; with the original head 68,665,036 / 63,266,180. That page estimates
-≈63–64 M on the inference path plus ≈5 M in the posterior (§2.1 "Size", §7): it agrees. Parts: encoder 25.07 M,
-decoder 25.07 M, middle 10.62 M, LSTM prior 1.97 M (its three 4608 -> 128 initial maps are 1.77 M), modified head
-0.97 M (original 0.11 M), action injectors 0.14 M, output layer 0.07 M. The posterior is 0.4 M above MB's
-(≈5.0 M): the pooled features go to the logits through one 3200 -> 128 linear rather than MB's per-pool dense
-layers.
+Its cost (simulated steps/s against the matmul bound, the blocked CPU argmax of the 256·C-way output layer) and its
+size (parameters by part, against the published ones) are measured in docs/guide/model-based.md, "The next-frame
+predictor: cost and size".
 """
 
 from __future__ import annotations
