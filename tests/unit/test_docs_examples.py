@@ -117,3 +117,12 @@ def test_every_yaml_block_is_a_valid_file(where, text, tmp_path):
 @pytest.mark.parametrize(("where", "text"), blocks("python"), ids=lambda x: x if ":" in x and "\n" not in x else "")
 def test_every_python_block_compiles(where, text):
     compile(text, where, "exec")
+
+
+def test_every_link_of_the_readme_resolves():
+    """The README is read on the repository host, outside the site: its relative links name files of the tree."""
+    text = (ROOT / "README.md").read_text()
+    links = [target.split("#")[0] for target in re.findall(r"\]\(([^)\s]+)\)", text)
+             if not target.startswith(("http://", "https://", "mailto:", "#"))]
+    assert len(links) >= 5
+    assert [link for link in links if not (ROOT / link).exists()] == []
