@@ -8,49 +8,10 @@
   `cloneState(include_rng=True)`, so `rlfoundry.envs.state` captures it for exact resume, and it renders
   (videos are always recorded on it, whatever the training backend).
 
-Both do the standard preprocessing set by `env.atari` (`AtariConfig`): up to `noop_max` no-ops and FIRE on reset,
-`frame_skip` repeats with a max over the last two frames (`max_pool`; without it, the last frame), resize to
-`img_size` (OpenCV's INTER_AREA; square, or [height, width] as `AtariConfig.frame_size`, e.g. SimPLe's 105x80
-colour frames), grey or RGB, `frame_stack` frames (zeros before the reset frame), sticky actions
-(`repeat_action_probability`, 0.25 like the v5 ids; Machado et al. 2018, arXiv:1709.06009) and a
-`max_episode_frames` time limit. The limit counts emulator frames after the reset no-ops: 108 000 frames (30 minutes
-of play) are 27 000 agent steps at frame_skip 4. Frames stay uint8; colour frames are laid out channel-first as
-[frame_stack * 3, H, W] (frame-major, then R, G, B). Given the same actions and no randomness (no sticky actions, no
-no-ops) the two backends give the same frames; their RNG streams differ, so with either they play different games
-for a seed.
-
-What the learner observes is `env.atari.obs_type`; everything else above (no-ops, FIRE, frame skip, sticky actions,
-the time limit, episodic life, clipping, statistics) is the same for all three, so with one seed and the same
-actions they play the same games:
-
-- `pixels` (default): the frames above.
-- `ram`: the console's 128 RAM bytes, read after the step's last emulator frame (no max-pooling: a max of two
-  memory snapshots means nothing), uint8 [frame_stack * 128]. A uint8 vector, so it stays uint8 until the network,
-  which gets it as floats 0-255 (the MLP does not rescale; `env.normalize_obs` can).
-- `objects`: OCAtari's objects found in that RAM (`rlfoundry.envs.ocatari`: (x, y, w, h) per object slot, a fixed
-  number of slots per game), float32 [frame_stack * 4 * slots].
-
-`frame_stack` stacks RAM and object vectors as it stacks frames: the last frame_stack, oldest first, zeros before
-the reset one (so the replay buffer stores each vector once, as it does frames). A RAM snapshot holds most of a
-game's state (positions, velocities, timers), so `frame_stack: 1` often does; object positions need two or more for
-velocities. `AtariVectorEnv` observes frames only: ram and objects run on the single backend (the default for them;
-an explicit `backend: vector` is refused).
-
-Two things are done here instead of inside ALE (checked against ale-py 0.12.1):
-
-- Episodic life (Mnih et al. 2015). ALE's own `episodic_life=True` ends the sub-env's episode on a life loss and
-  its autoreset then restarts the *game* with all lives, so no game ever gets past its first life. We ask for
-  `life_loss_info=True` instead (the single backend: `AsAtariVectorEnv`): `terminated` on a life loss while the
-  game goes on, and a real autoreset only on game over or the time limit. The step after a life-loss termination is
-  therefore an ordinary step in ALE; `AtariEpisodes` makes it the NEXT_STEP reset step the rest of rlfoundry
-  expects (see `rlfoundry.envs`): the agent's action is replaced by FIRE (with fire_reset, in games that have it)
-  or NOOP, the step that Baselines' EpisodicLifeEnv + FireResetEnv take when they "reset" after a life loss, and
-  the learner gets reward 0.
-- Reward clipping and episode statistics. ALE returns unclipped rewards; the learner gets sign(reward) (Mnih et
-  al. 2015) and the `episode` info reports the unclipped score and length of whole games (all lives), with the keys
-  of `gymnasium.wrappers.vector.RecordEpisodeStatistics`: `info["episode"]["r" | "l" | "t"]` and the mask
-  `info["_episode"]`. A game's length counts the agent steps that advanced it, life-loss reset steps included;
-  the reset step after game over or the time limit belongs to no game.
+Both do the standard preprocessing of `env.atari` (`AtariConfig`); what the learner observes is `env.atari.obs_type`
+(pixels, RAM or OCAtari's objects). Episodic life and reward clipping are done here, in `AtariEpisodes`, rather
+than inside ALE, whose own episodic life restarts the whole game on a life loss. The preprocessing, the observation
+types and these two choices are written out in docs/guide/environments.md, "How the Atari envs are built".
 """
 
 from __future__ import annotations
