@@ -91,10 +91,11 @@ class Runtime:
             return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=not self.cuda_graphs)
         return nullcontext()
 
-    def graphed(self, step: Step, generators: Sequence[torch.Generator] = ()) -> Step:
+    def graphed(self, step: Step, generators: Sequence[torch.Generator] = (), copies: bool = False) -> Step:
         """`step` (a steady-state step: see `rlfoundry.algos.graphs`) replayed from a CUDA graph when the run uses
-        them; `step` itself otherwise. `generators`: those it draws from besides the default one."""
-        return GraphedStep(step, generators=generators) if self.cuda_graphs else step
+        them; `step` itself otherwise. `generators`: those it draws from besides the default one; `copies`: its
+        outputs are kept past the next call (a replay returns copies of the graph's own)."""
+        return GraphedStep(step, generators=generators, copies=copies) if self.cuda_graphs else step
 
     def compiled(self, fn: Callable) -> Callable:
         """`fn` through torch.compile when the run compiles (the first calls then compile, for tens of seconds on a

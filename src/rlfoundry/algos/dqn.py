@@ -159,9 +159,7 @@ class DQN(OffPolicyAgent):
         """Greedy actions (ε-greedy with the final ε when not deterministic, drawn from NumPy's global generator,
         which an evaluation gives a state of its own: the agent's generator, that training draws from, is not
         touched)."""
-        with torch.inference_mode(), self.autocast():
-            tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
-            actions = self.q(tensor).argmax(-1).cpu().numpy()
+        actions = self.eager_act(obs)
         if deterministic:
             return actions
         explore = np.random.random(len(actions)) < self.algo.exploration_final_eps

@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from pydantic import Field, PositiveInt
-from torch.utils._pytree import tree_map
 
 from rlfoundry.algos.base import Agent, AlgorithmConfig, Iteration, Memory, Runtime, averaged, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
@@ -67,7 +66,7 @@ class OnPolicyAgent(Agent):
         self.optimizer = self.make_optimizer()
         self.collector: RolloutCollector | None = None  # built at the first iteration
         self.resume_collector: dict[str, np.ndarray] | None = None  # from load_state_dict, used at the first iterate
-        self.acting = runtime.graphed(self.act_step)
+        self.acting = runtime.graphed(self.act_step, copies=True)  # the rollout keeps every step's outputs
         if runtime.compile:  # the compiled methods shadow the class's on this instance
             self.policy.act = runtime.compiled(self.policy.act)  # type: ignore[method-assign]
             if self.compile_evaluate:
@@ -97,8 +96,6 @@ class OnPolicyAgent(Agent):
     def act(self, obs: torch.Tensor, state: Any = None, starts: torch.Tensor | None = None) -> tuple[Any, Any]:
         """`policy.act` through `act_step` (the collector's acting)."""
         result = self.acting(obs, state, starts)
-        if self.runtime.cuda_graphs:  # a graph's own outputs: its next replay overwrites them
-            result = tree_map(torch.clone, result)
         return result["out"], result["state"]
 
     def _collector(self, envs) -> RolloutCollector:
@@ -238,6 +235,11 @@ class OffPolicyAgent(Agent):
         (tensor,) = self.obs_to_device(np.asarray(obs, dtype=self.spec.obs_dtype))
         return self.acting(tensor)["actions"].cpu().numpy()
 
+    def eager_act(self, obs: np.ndarray) -> np.ndarray:
+        """`act_step` run eagerly on a batch of any size (evaluation, play): no graph, no pinned buffers."""
+        tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
+        return self.act_step(tensor)["actions"].cpu().numpy()
+
     @abstractmethod
     def update(self, progress: float) -> dict[str, torch.Tensor]:
         """One gradient step from a replay sample; its metrics (tensors: they are read once per iteration)."""
@@ -317,7 +319,7 @@ class LatentAgent(Agent):
         self.memory = Memory()
         self.env_steps = 0
         self.updates = 0
-        self.acting = runtime.graphed(self.act_step)
+        self.acting = runtime.graphed(self.act_step, copies=True)  # the memory keeps the new state
         self.obs_to_device = runtime.to_device()  # the acting observations (buffers of their own)
 
     @abstractmethod
@@ -338,8 +340,6 @@ class LatentAgent(Agent):
         if explore:
             obs_t, starts_t = self.obs_to_device(np.asarray(obs), starts)
             out = self.acting(obs_t, state.deter, state.stoch, prev, starts_t, *options)
-            if self.runtime.cuda_graphs:  # a graph's own outputs: its next replay overwrites them
-                out = {key: value.clone() for key, value in out.items()}
         else:
             obs_t, starts_t = (torch.as_tensor(np.asarray(a), device=self.device) for a in (obs, starts))
             out = self.act_step(obs_t, state.deter, state.stoch, prev, starts_t, *options)

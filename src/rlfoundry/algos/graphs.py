@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_map, tree_unflatten
 
 Step = Callable[..., dict[str, torch.Tensor]]
 
@@ -78,12 +78,14 @@ class GraphedStep:
     into the graph's input buffers and the graph replays. The eager calls run on a side stream, as capture asks
     (cuBLAS, autograd and the optimizers' states are set up there); the capturing call replays at once, so every call
     is one real step. The returned tensors (in a new dict) are the graph's own outputs: the next call with the same
-    signature overwrites them, so read or add them first. A step that samples from `torch.Generator`s of its own
+    signature overwrites them, so read or add them first, or ask for `copies`. A step that samples from `torch.Generator`s of its own
     names them in `generators` (the default CUDA generator is always followed).
     """
 
-    def __init__(self, step: Step, warmup: int = 3, max_graphs: int = 8, generators: Sequence[torch.Generator] = ()):
+    def __init__(self, step: Step, warmup: int = 3, max_graphs: int = 8, generators: Sequence[torch.Generator] = (),
+                 copies: bool = False):
         self.step = step
+        self.copies = copies  # replays return copies of the outputs (for callers that keep them past the next call)
         self.warmup = warmup
         self.max_graphs = max_graphs
         self.generators = generators  # CUDA generators the step draws from besides the default one
@@ -120,7 +122,7 @@ class GraphedStep:
             for buffer, x in zip(graph.inputs, tensors, strict=True):
                 buffer.copy_(x, non_blocking=True)
         graph.graph.replay()
-        return dict(graph.outputs)
+        return tree_map(torch.clone, graph.outputs) if self.copies else dict(graph.outputs)
 
 
 class _Graph:

@@ -187,9 +187,7 @@ class TD3(OffPolicyAgent):
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
         """μ(s); with exploration noise (from NumPy's global generator, which an evaluation gives a state of its own)
         when not deterministic."""
-        with torch.inference_mode(), self.autocast():
-            tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
-            actions = self.actor(tensor).cpu().numpy()
+        actions = self.eager_act(obs)
         if not deterministic:
             noise = np.random.normal(0.0, self.algo.exploration_noise, size=actions.shape)
             actions = actions + noise * self.half_range

@@ -43,7 +43,8 @@ from gymnasium.vector.utils import batch_space
 from rlfoundry.world_models.next_frame import NextFramePredictor
 
 Restarts = Callable[[np.random.Generator, int], np.ndarray]
-Graphed = Callable[[Callable[..., dict[str, torch.Tensor]], tuple[torch.Generator, ...]], Callable[..., dict[str, torch.Tensor]]]
+Graphed = Callable[[Callable[..., dict[str, torch.Tensor]], tuple[torch.Generator, ...], bool],
+                   Callable[..., dict[str, torch.Tensor]]]
 
 
 class SimulatedEnv(VectorEnv):
@@ -56,7 +57,7 @@ class SimulatedEnv(VectorEnv):
                  add_value: bool = True, temperature: float = 1.0, graphed: Graphed | None = None):
         """`restarts(rng, n)`: n real frame stacks [n, S·C, H, W] uint8 to start episodes from. MB: 16 envs,
         episodes of 50 steps (the rollout length), the LSTM prior sampled at temperature 1 (§1, §2.2, §3 of that page).
-        `graphed(step, generators)` wraps the model's step (`advance`) in a CUDA graph: the agent's
+        `graphed(step, generators, copies)` wraps the model's step (`advance`) in a CUDA graph: the agent's
         `Runtime.graphed`."""
         if episode_length < 1 or num_envs < 1:
             raise ValueError(f"num_envs and episode_length must be ≥ 1, got {num_envs}, {episode_length}")
@@ -71,8 +72,8 @@ class SimulatedEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.generator = torch.Generator(self.device)
-        self.graphed = graphed is not None
-        self._advance = graphed(self.advance, (self.generator,)) if graphed is not None else self.advance
+        # copies: the stacks are fed back and the caller keeps what a step returns
+        self._advance = graphed(self.advance, (self.generator,), True) if graphed is not None else self.advance
         self.stacks: torch.Tensor | None = None
         self.steps = 0  # of the current episodes
         self.returns = torch.zeros(num_envs, device=self.device)
@@ -103,8 +104,6 @@ class SimulatedEnv(VectorEnv):
             self._restart()
             return self.stacks, torch.zeros(self.num_envs, device=self.device), flags, flags.clone(), {}
         out = self._advance(self.stacks, torch.as_tensor(actions, device=self.device).long(), self.temperature)
-        if self.graphed:  # the graph's own outputs: its next replay overwrites them
-            out = {key: value.clone() for key, value in out.items()}
         self.stacks, reward = out["stacks"], out["reward"]
         self.steps += 1
         info: dict[str, Any] = {}
