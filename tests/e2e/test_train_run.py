@@ -42,6 +42,10 @@ def test_train_options_come_from_environment_variables_and_the_command_line_wins
                          env={**env, "RLFOUNDRY_TOTAL_TIMESTEPS": "many", "RLFOUNDRY_RUN_DIR": str(tmp_path / "bad")},
                          timeout=120)
     assert bad.returncode == 2 and "RLFOUNDRY_TOTAL_TIMESTEPS" in bad.stderr and not (tmp_path / "bad").exists()
+    # --resume keeps the run's own config: the variables give way (only the run's state can refuse it, here finished)
+    resumed = subprocess.run([*CLI, "train", "--resume", str(tmp_path / "from-env")], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=120)
+    assert resumed.returncode == 2 and "finished" in resumed.stderr and "give no SPEC" not in resumed.stderr
 
 
 def test_cli_tiny_run_writes_the_run_directory(tmp_path):

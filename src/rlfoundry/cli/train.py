@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from typer._click.core import ParameterSource
 
 from rlfoundry.cli.common import err, fail, out
 from rlfoundry.config.errors import ConfigError
 
 
 def train(
+    ctx: typer.Context,
     spec: Annotated[str | None, typer.Argument(help="ENV_ID:VARIANT (a preset, or any Gymnasium id with an algorithm name) or an experiment YAML.")] = None,
     overrides: Annotated[list[str] | None, typer.Argument(help="Dotted overrides, e.g. algo.lr=3e-4 env.num_envs=16.")] = None,
     seed: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_SEED", help="Shortcut for train.seed=N; a list (1,2,3) runs them all as `rlfoundry trials`.")] = None,
@@ -27,6 +29,12 @@ def train(
     from rlfoundry.run.launch import train as launch
     from rlfoundry.run.trainer import RunFailed
 
+    if resume is not None:  # a resumed run keeps its own config: options set only by the environment give way
+        given = {name: value for name, value in ctx.params.items()
+                 if ctx.get_parameter_source(name) is not ParameterSource.ENVIRONMENT or name == "resume"}
+        seed, total_timesteps, run_dir, device, nproc = (given.get(name) for name in
+                                                         ("seed", "total_timesteps", "run_dir", "device", "nproc"))
+        debug, profile = given.get("debug", False), given.get("profile", False)
     extra = list(overrides or [])
     for key, value in (("train.total_timesteps", total_timesteps), ("train.device", device)):
         if value is not None:

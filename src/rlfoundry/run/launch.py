@@ -91,15 +91,15 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
 
 
 def _with_sweep(spec_or_cfg, overrides: list[str] | None) -> ExperimentConfig:
-    """The config to train: SPEC with the overrides, or the given config; under a W&B sweep agent, with the sweep's
+    """The config to train: SPEC or the given config with the overrides; under a W&B sweep agent, with the sweep's
     parameters for this run merged last (`rlfoundry.sinks.wandb.sweep_overrides`) and validated as overrides are."""
     sweep = sweep_overrides()
     try:
         if not isinstance(spec_or_cfg, ExperimentConfig):
             return load_config(str(spec_or_cfg), [*(overrides or []), *sweep])
-        if not sweep:
+        if not overrides and not sweep:
             return spec_or_cfg
-        return validate(apply_overrides(spec_or_cfg.model_dump(mode="json", by_alias=True), sweep))
+        return validate(apply_overrides(spec_or_cfg.model_dump(mode="json", by_alias=True), [*(overrides or []), *sweep]))
     except ConfigError as exc:
         if not sweep:
             raise
