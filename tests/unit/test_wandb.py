@@ -174,6 +174,8 @@ def test_sweep_parameters_are_overrides(tmp_path, monkeypatch):
     given = load_config("CartPole-v1:ppo", ["train.seed=4"])  # `rlfoundry.train(cfg)` under an agent's function
     merged = _with_sweep(given, None)
     assert merged.algo.update_epochs == 3 and merged.train.seed == 4 and merged.solved == given.solved
+    merged = _with_sweep(given, ["train.seed=6", "algo.update_epochs=9"])  # `rlfoundry.train(cfg, overrides)`
+    assert merged.algo.update_epochs == 3 and merged.train.seed == 6
 
 
 @pytest.mark.parametrize("params, named", [({"algo.update_epochs": "many"}, "algo.update_epochs"),
@@ -269,3 +271,9 @@ def test_without_wandb_installed(tmp_path, monkeypatch):
     assert not (tmp_path / "run").exists()
     result = CliRunner().invoke(app, ["wandb-dashboard", "--entity", "team", "--project", "rl"])
     assert result.exit_code == 2 and "pip install 'rlfoundry[wandb]'" in result.stderr
+
+
+def test_overrides_apply_to_a_given_config_outside_a_sweep(monkeypatch):
+    monkeypatch.delenv("WANDB_SWEEP_ID", raising=False)
+    given = load_config("CartPole-v1:ppo", ["train.seed=4"])
+    assert _with_sweep(given, ["train.seed=9"]).train.seed == 9 and _with_sweep(given, None) is given
