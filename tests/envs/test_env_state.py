@@ -56,6 +56,7 @@ def test_restored_envs_continue_exactly(tmp_path, monkeypatch, env_id, vectoriza
     ("Pendulum-v1", "async", "worker processes"),
     ("ALE/Pong-v5", "auto", "AtariVectorEnv keeps its emulators in C++ without a state API; set env.atari.backend"),
     ("VizdoomBasic-v1", "sync", "vizdoom keeps its game in C++"),
+    ("MiniGrid-DoorKey-5x5-v0", "sync", "MiniGrid keeps its grid"),
     ("ALE/Pong-v5", "auto", "env.atari.obs_type = objects: OCAtari's object list"),
 ])
 def test_uncapturable_families_say_why(tmp_path, monkeypatch, env_id, vectorization, reason):

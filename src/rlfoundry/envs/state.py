@@ -1,25 +1,12 @@
 """The environments' own state, for exact resume: captured as JSON values and numpy arrays, no pickle.
 
-A vector env is a chain of wrappers around a base (Gymnasium's SyncVectorEnv with its sub-envs, each a
-chain of single-env wrappers, or a numpy vector env such as CartPole's). Its state is what the chain's
-objects hold in plain attributes: arrays, numbers, RNGs (`np.random.Generator`), running statistics,
-deques of recent episodes, MuJoCo's `MjData` (through `mj_getState`, which is exactly what
-integration needs) and ALE's emulator (`cloneState(include_rng=True)`: the machine, the frame counters,
-the last action and the RNG of sticky actions, serialized to bytes). Configuration (spaces, specs,
-callables, renderers) is not state and is skipped.
-
-DeepMind Control (shimmy's wrapper around a `dm_control.rl.control.Environment`): the environment's counters, its
-`Physics` as one unit (`get_state` with mjSTATE_INTEGRATION, then `forward` on restore; its own attributes are
-views into MjData and must not be replaced) and its task's attributes, among them the legacy `np.random.RandomState`
-that draws initial states (restored in place: shimmy's `np_random` hands out that same object).
-
-An object may also hold state of its own that no attribute shows as plain values (Brax's JAX arrays): it then offers
-`capture_state() -> {name: np.ndarray}` and `restore_state(arrays)`, and its arrays are saved beside its attributes.
-
-Families whose state lives where this cannot reach — Box2D's C++ world, the C++ emulators of ale_py's
-AtariVectorEnv (the single Atari backend is capturable), worker processes of an AsyncVectorEnv — report a
-reason instead (`capture` returns None and the reason); the trainer then logs it and resets those envs on
-resume.
+A vector env's state is what its chain of wrappers and envs holds in plain attributes (arrays, numbers, RNGs,
+running statistics, deques), plus simulators captured whole: MuJoCo's `MjData` through `mj_getState`, ALE's emulator
+through `cloneState(include_rng=True)`, a DeepMind Control env's `Physics` and its task's random state. Spaces,
+specs, callables and renderers are configuration, skipped. An object whose state no attribute shows (Brax's JAX
+arrays) offers `capture_state() -> {name: array}` and `restore_state(arrays)`. Where the state cannot be reached
+(the C++ worlds of Box2D, vizdoom and stable-retro, ale_py's AtariVectorEnv, OCAtari's object lists, MiniGrid's
+grid objects, worker processes) `capture` returns None and the reason, and the trainer resets those envs on resume.
 """
 
 from __future__ import annotations
@@ -89,6 +76,8 @@ def _encode_foreign(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
         raise Uncapturable("Box2D keeps its world in C++ objects")
     if module.startswith(("vizdoom", "stable_retro")):
         raise Uncapturable(f"{module.partition('.')[0]} keeps its game in C++ objects")
+    if module.startswith(("minigrid.core.grid", "minigrid.core.world_object")):
+        raise Uncapturable("MiniGrid keeps its grid and what the agent carries in Python objects")
     reason = getattr(type(value), "uncapturable", None)  # a class of ours that says why (OCAtari's object view)
     if isinstance(reason, str):
         raise Uncapturable(reason)
