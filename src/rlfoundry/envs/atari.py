@@ -1,17 +1,10 @@
-"""Atari: `ALE/<Game>-v5` ids, wrapped in `AtariEpisodes`, on one of two backends (`env.atari.backend`).
+"""Atari: `ALE/<Game>-v5` ids with the preprocessing of `env.atari`, on one of two backends (`env.atari.backend`).
 
-- `vector` (default): one `ale_py` `AtariVectorEnv`, whose C++ threads step the emulators and preprocess the
-  frames. The fastest, but its emulators have no state API (a resumed run resets them) and it cannot render.
-- `single`: Gymnasium's SyncVectorEnv over `gym.make("ALE/<Game>-v5", frameskip=1)` envs, each preprocessed by
-  `AtariFrames`, a Python copy of the C++ per-env loop (ale-py 0.12 `src/ale/vector/preprocessed_env.cpp`). Slower
-  (one process, Python per frame), but its whole state is plain arrays, counters, the env's RNG and the emulator's
-  `cloneState(include_rng=True)`, so `rlfoundry.envs.state` captures it for exact resume, and it renders
-  (videos are always recorded on it, whatever the training backend).
-
-Both do the standard preprocessing of `env.atari` (`AtariConfig`); what the learner observes is `env.atari.obs_type`
-(pixels, RAM or OCAtari's objects). Episodic life and reward clipping are done here, in `AtariEpisodes`, rather
-than inside ALE, whose own episodic life restarts the whole game on a life loss. The preprocessing, the observation
-types and these two choices are written out in docs/guide/environments.md, "How the Atari envs are built".
+`vector` is ale_py's `AtariVectorEnv`, whose C++ threads step and preprocess the emulators: the fastest, but without
+a state API or rendering. `single` is a SyncVectorEnv of Gymnasium ALE envs, each preprocessed by `AtariFrames`, a
+Python copy of ale-py 0.12's C++ per-env loop (`src/ale/vector/preprocessed_env.cpp`), whose state can be captured
+and which renders. `AtariEpisodes` does episodic life and reward clipping here rather than in ALE, whose own
+episodic life restarts the whole game at every life loss. docs/environments/atari.md describes all three.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Multi-armed bandits as small Gymnasium envs, registered as `Bandit-*` ids.
-
-Each step pulls one arm (`Discrete(k)` actions) and pays a Bernoulli(mean) or Normal(mean, 1) reward. The
-observation is a constant `[1.0]`: there is no state, so a feed-forward policy learns one action distribution
-(a constant 1 rather than 0, so the first layer's weights act as learnable biases). An episode is `horizon` pulls
-and ends with `terminated=True` (one pull by default).
-
-Arm means are either fixed (`means=[...]`: a stationary bandit, learnable across episodes) or, without `means`,
-drawn from the env's seeded RNG at every reset: a new bandit each episode, which only a policy with memory can
-exploit within an episode of `horizon > 1` pulls (the meta-RL bandits of Duan et al. 2016, arXiv:1611.02779, and
-Wang et al. 2016, arXiv:1611.05763).
-
-The info of every reset and step names the `optimal_arm`; a step's info also has its `regret`: the best mean
-minus the pulled arm's mean (the expected regret, free of reward noise, so a test can check learning directly).
+"""Multi-armed bandits as small Gymnasium envs, registered as `Bandit-*` ids: the quickest check that a policy learns to
+prefer the better action and, with arm means redrawn at every reset, a memory task for meta-RL (Duan et al. 2016,
+arXiv:1611.02779; Wang et al. 2016, arXiv:1611.05763). The observation is a constant [1.0] (no state); `info` names
+the optimal arm and each pull's expected regret, so tests can check learning free of reward noise.
+docs/environments/toys.md lists the ids.
 """
 
 from __future__ import annotations

@@ -1,53 +1,10 @@
-"""Brax ids: `brax/<name>-v0`, JAX physics with every sub-env stepped in one jitted call.
+"""Brax ids, `brax/<name>-v0`: Brax's JAX physics, every sub-env of a vector env stepped by one jitted call.
 
-Importing this module registers one Gymnasium id per env Brax knows (`brax.envs.get_environment` names: `ant`,
-`halfcheetah`, `hopper`, `humanoid`, `humanoidstandup`, `inverted_pendulum`, `inverted_double_pendulum`,
-`pusher`, `reacher`, `swimmer`, `walker2d`, and Brax's unit-test env `fast`). The `-v0` follows Gymnasium's rule
-that an id carries a version (a bare `brax/<name>` is refused with "did you mean 'brax/<name>-v0'?").
-
-- `vector_entry_point`: `BraxVectorEnv`, the fast path. All sub-envs live in one batched Brax state; one vector
-  step is one jitted call (`jax.vmap` of Brax's `step`, the autoreset and the time limit inside).
-- `entry_point`: `BraxEnv`, one env with its own jitted step, for what builds single envs (`probe_spaces` reads
-  the spaces from it; `env.wrappers` and `env.action_repeat` need it). Stepping many of them from Python loses
-  what Brax is for.
-
-Spaces: observations `Box(-inf, inf, (obs_size,), float32)`; actions `Box(-1, 1, (action_size,), float32)`, the
-range Brax's own trainers act in (a tanh-squashed policy): envs whose actuators have other limits rescale or clip
-inside (e.g. `inverted_pendulum` maps [-1, 1] to its ±3 range).
-
-Options: `env.kwargs` pass through to `brax.envs.get_environment(name, **kwargs)`, e.g. `backend` (each env's
-default is `generalized`; `positional`, `spring` and `mjx` are the others, see `benchmarks/brax_vs_mujoco.py` for
-their speed). The time limit is `max_episode_steps` (1000 by default, the `episode_length` of Brax's training
-wrappers; `env.max_episode_steps` overrides it): at that step `truncated` is set, `terminated` only when Brax's
-`done` is (an unhealthy ant, a fallen pendulum); a step that is both is a termination.
-
-Autoreset is Gymnasium's NEXT_STEP, which rlfoundry's collectors need (`rlfoundry.envs`): the step that ends an
-episode returns its true final observation; the next step returns a fresh episode's first observation with reward
-0, ignoring that sub-env's action. Inside the jitted step a `lax.cond` computes the resets only when some sub-env
-needs one, and `jnp.where` on the per-env mask picks the reset state over the stepped one. Each reset draws fresh
-randomness (Brax's own `AutoResetWrapper` instead replays each env's first initial state).
-
-Seeding: `reset(seed=s)` gives sub-env i the PRNG key `jax.random.PRNGKey(s + i)` (mod 2**32): Gymnasium's
-seed + i convention, and the single `BraxEnv` reset with seed s + i starts from the same state. Every reset of a
-sub-env splits its key, so a seeded run is reproducible. `reset()` without a seed goes on from the current keys.
-
-Zero copy: results come back as numpy arrays (the `VectorEnv` contract the wrappers and collectors use) that, with
-JAX on the CPU, are views of JAX's output buffers (`np.asarray` of a CPU array shares its memory), and
-`torch.as_tensor` of them shares it again: no copy between JAX and torch. JAX buffers are immutable, so the arrays
-are read-only (torch warns once about that when it wraps one). With JAX on a GPU (`pip install "jax[cuda12]"`),
-`np.asarray` copies to the host each step; keeping the rollout on the GPU would take returning
-`torch.from_dlpack(array)` tensors (the collector already stores tensor observations on their device, see
-`rlfoundry.buffers.rollout`) and tensor versions of the episode statistics and normalisation wrappers.
-
-Compilation: the first reset for a given (name, kwargs, num_envs) compiles the step, the only function there is
-(a reset is that step with every sub-env restarting): seconds to tens of seconds on a CPU, see docs/guide/environments.md. The
-jitted functions are kept per (name, kwargs) in `PHYSICS`, and `jax.jit` keeps one compilation per batch shape, so
-evaluation envs of the same size reuse the training envs' code. Setting `JAX_COMPILATION_CACHE_DIR` keeps
-compilations across processes (halfcheetah x 64: 15.5 s the first time, 2.8 s the next).
-
-Exact resume: the env state is a pytree of JAX arrays that `rlfoundry.envs.state`'s attribute walk cannot see.
-Both classes offer `capture_state()` (named numpy arrays) and `restore_state(arrays)`, which restore the batched
-Brax state, the PRNG keys, the step counters and the pending resets exactly.
+`BraxVectorEnv`, the ids' vector entry point, holds all sub-envs in one batched Brax state and steps them with a
+`jax.vmap` of Brax's `step`, NEXT_STEP autoreset and the time limit inside the compiled function. `BraxEnv` is one
+env for what needs single envs (`env.wrappers`, `env.action_repeat`, reading the spaces). Both capture and restore
+their JAX state as named numpy arrays (`capture_state`, `restore_state`) for exact resume. docs/environments/brax.md
+has the spaces, seeding, compilation costs and the speed against MuJoCo.
 """
 
 from __future__ import annotations
@@ -116,9 +73,11 @@ def _where_rows(mask: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
 
 
 def _step_many(env, carry: Carry[jax.Array], actions: jax.Array, max_steps: jax.Array):
-    """One NEXT_STEP vector step (module docstring): (carry, (obs, rewards, terminated, truncated)).
+    """One NEXT_STEP vector step: (carry, (obs, rewards, terminated, truncated)).
 
-    A reset is this step from a carry whose every sub-env needs a reset (`BraxVectorEnv.reset`; the rows it steps
+    A `lax.cond` computes resets only when some sub-env needs one, and `jnp.where` on the per-env mask picks the reset
+    state over the stepped one; each reset draws fresh randomness (Brax's own `AutoResetWrapper` replays each env's
+    first initial state instead). A reset is this step from a carry whose every sub-env needs a reset (`BraxVectorEnv.reset`; the rows it steps
     are thrown away): one function to compile instead of two."""
     stepped = jax.vmap(env.step)(carry.state, actions)
     restart = carry.needs_reset

@@ -1,17 +1,8 @@
 """Gymnasium wrappers named in the config (`env.wrappers`), applied to each sub-env in the listed order, innermost
-first, after the family's own preprocessing (MiniGrid's image view):
-
-    env:
-      wrappers:
-        - {id: TimeAwareObservation}                                  # gymnasium.wrappers.TimeAwareObservation
-        - {id: RescaleObservation, kwargs: {min_obs: -1.0, max_obs: 1.0}}
-        - {id: my_package.wrappers:MyWrapper, kwargs: {scale: 2}}     # any importable `module:Class`
-
-Lists among the kwargs are given as tuples (YAML has none; `ResizeObservation` checks for one). A name without a
-colon is looked up in `gymnasium.wrappers`; `module:Class` imports the module (the user's own
-code, as a Python path in a config always is). An unknown name, a class that is not a `gymnasium.Wrapper`, or
-keyword arguments the wrapper does not take are a ConfigError (exit 2) naming the entry, with close names
-suggested for a misspelt Gymnasium wrapper.
+first, after the family's own preprocessing. A name without a colon is looked up in `gymnasium.wrappers`;
+`module:Class` imports the user's own module. Lists among the kwargs are given as tuples (YAML has none;
+`ResizeObservation` checks for one). An unknown name, a class that is not a `gymnasium.Wrapper` or a keyword the
+wrapper does not take is a ConfigError (exit 2) naming the entry; docs/environments/options.md shows an example.
 """
 
 from __future__ import annotations

@@ -1,36 +1,10 @@
 """DeepMind Control Suite ids, `dm_control/<domain>-<task>-v0`, through shimmy's Gymnasium wrapper of dm_control.
 
-Importing this module registers the ids (shimmy registers them on import). `make_env` builds one env with the
-observation chosen by `env.dm_control` (`DmControlConfig`):
-
-- Proprioceptive vector (default): dm_control's observation dict flattened to one float64 vector, each entry
-  raveled (a scalar is one entry), concatenated in the task's own order: the key order of
-  `observation_spec()`, which is also the order of the dict each step returns and what dm_control's
-  `flat_observation=True` and dmc2gym concatenate. Not alphabetical: shimmy's `Dict` space sorts its keys
-  (walker: the task gives orientations, height, velocity; the space lists height first), so the space's order and
-  Gymnasium's FlattenObservation would put walker's height first. Bounds are −inf..inf, as dm_control declares them.
-- Pixels (`pixels: true`): rendered frames, channel-first uint8 [3, H, W] of `img_size` (a side or [height, width])
-  from `camera` (an index, −1 the free camera, or a name in the model). No proprioceptive entries are kept.
-  Videos (`render_mode="rgb_array"`) are rendered from the same camera (shimmy's default is the free camera).
-
-Episodes: dm_control ends suite episodes by its time limit (1000 control steps; e.g. 10 s at 0.01 s for
-cartpole), with discount 1, which shimmy reports as `truncated` (discount 0 would be `terminated`). Under
-`env.action_repeat` (outside this env, `rlfoundry.envs.wrappers.ActionRepeat`) rewards are summed and an episode is
-1000 / repeat agent steps (125 at repeat 8). `info` keeps none of shimmy's per-step keys (the dm_env step type
-and discount): the flags carry them, and a vector env would batch an object array of step types every step.
-
-Rendering needs an OpenGL backend. MuJoCo reads `MUJOCO_GL` when dm_control is first imported, so this module sets
-it before importing shimmy, and only when the user has not: on Linux, `egl` when libEGL is installed (headless,
-through the GPU driver or Mesa's software renderer), else `osmesa` when libOSMesa is; elsewhere dm_control picks
-its own default. A backend that cannot render makes `pixels: true` one ConfigError naming MUJOCO_GL.
-
-Pixels render only the frames the agent sees: with `env.action_repeat` k, the frames of the k − 1 inner steps
-would be thrown away by ActionRepeat, so `DmcPixels` renders every k-th step after a reset and at an episode's
-end, and repeats its last frame in between (at 64×64 a render costs far more than a physics step).
-
-Exact resume: the env's state (MuJoCo's integration state through the Physics, the task's RandomState, the
-episode's step counter) is captured by `rlfoundry.envs.state` for suite ids; composer-based ids (manipulation,
-locomotion) are built too, but their state is reported as not capturable.
+Importing this module registers the ids (shimmy does on import), after choosing a headless OpenGL backend for
+MuJoCo when `MUJOCO_GL` is unset: dm_control reads it at its first import. `make_env` builds one env observing what
+`env.dm_control` asks for: the observation dict flattened in the task's own key order (`DmcProprio`; shimmy's Dict
+space sorts the keys), or rendered frames (`DmcPixels`, which renders only the frames the agent sees under an
+action repeat). docs/environments/dm-control.md describes both, the episodes and resume.
 """
 
 from __future__ import annotations
@@ -151,6 +125,8 @@ class DmcPixels(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
 
 def _without_shimmy_info(info: dict) -> dict:
+    """`info` without shimmy's per-step keys (the dm_env step type and discount): the terminated and truncated flags
+    carry them, and a vector env would batch an object array of step types at every step."""
     return {key: value for key, value in info.items() if key not in SHIMMY_INFO} if info else info
 
 

@@ -1,22 +1,9 @@
-"""Pixel preprocessing of game screens, shared by the ViZDoom and Retro families (`env.vizdoom`, `env.retro`:
-`FramesConfig`): the Atari path's frames (see `rlfoundry.envs.atari`) for envs that hand out an RGB screen.
-
-- `ScreenFrames`: an env observing one screen, uint8 [H, W, 3] (RGB) or [H, W, 1] (grey), → the last `frame_stack`
-  frames, grey (OpenCV's RGB→grey weights) or RGB, resized to `img_size` with OpenCV's INTER_AREA as the Atari path
-  resizes, channel-first uint8: [frame_stack, H, W] grey or [frame_stack * 3, H, W] RGB (frame-major, then R, G, B:
-  the Atari path's layout). Before the reset frame the stack holds zeros, as in the Atari path.
-- `StickyFrameSkip`: `frame_skip` emulator frames per agent step with the rewards summed, and optional sticky actions.
-  For Retro only: ViZDoom's engine skips frames itself (`frame_skip` of its env), without rendering them.
-
-No max-pool over the last two frames (Atari's answer to the 2600 drawing sprites on alternate frames): the
-16-bit consoles most Retro games run on have enough hardware sprites that whole-game flicker is rare, OpenAI's Retro
-baselines (Nichol et al. 2018, arXiv:1804.03720) do not pool, and pooling smears moving sprites. Rewards are not
-clipped here either: episode statistics are recorded outside these wrappers (on the vector env) and must report
-the game's score; `env.normalize_reward` scales what the learner sees.
-
-Cheap per step: one grey conversion into a preallocated buffer, one resize written straight into a preallocated ring
-of frames (no shifting of the stack), and one copy that lays the ring out oldest first: the observation handed out,
-a new array each step as Gymnasium requires (the vector env copies it into its batch).
+"""Pixel preprocessing of game screens for ViZDoom and Retro (`env.vizdoom`, `env.retro`: `FramesConfig`): the Atari
+path's frames for envs that hand out an RGB screen. `ScreenFrames` greys (OpenCV's weights), resizes (INTER_AREA)
+and stacks the frames channel-first in the Atari path's layout; `StickyFrameSkip` plays an action for `frame_skip`
+emulator frames with optional sticky actions (Retro only: ViZDoom's engine skips frames itself). No max-pool and
+no reward clipping, unlike the Atari path: docs/environments/retro.md says why. A step costs one grey conversion
+and one resize into preallocated buffers (a ring of frames, never shifted) and one copy laying it out oldest first.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""MiniGrid (and BabyAI) ids: image observations, channel-first uint8, one Box space.
-
-`env.minigrid.view` picks the observation (every one leaves the env as `uint8 [3, H, W]`):
-
-- `partial` (default): the agent's egocentric 7×7 view in MiniGrid's symbolic encoding, channels
-  (object index, colour index, state). The agent is not drawn; it stands at the bottom row, middle column,
-  facing up.
-- `full`: the whole grid, symbolic, `[3, height, width]`, with the agent drawn at its cell (object `agent`,
-  state = its direction 0–3), as MiniGrid's `FullyObsWrapper` does.
-- `rgb_partial` / `rgb_full`: the same two views rendered, `tile_size` pixels per cell.
-
-Axis 1 is the grid row (y) and axis 2 the column (x), as in the rendered images, so symbolic and pixel views
-share orientation (MiniGrid's own symbolic encoding is indexed [x, y, channel]). Symbolic spaces carry per-channel
-upper bounds (largest object, colour and state index), so an embedding encoder can size its tables from
-`observation_space.high[:, 0, 0] + 1`.
-
-Time limit: MiniGrid truncates at its own `max_steps` and registers no TimeLimit, so `env.max_episode_steps` is
-passed to it as `max_steps` (see `rlfoundry.envs.make_kwargs`): one limit, which the success reward
-1 − 0.9·steps/max_steps also uses. MiniGrid sets `truncated` even when the goal is reached on the last allowed
-step; here that step is a termination only: the episode ended in the goal, so it must not be bootstrapped or
-counted as a time-out.
+"""MiniGrid (and BabyAI) ids: their Dict observation becomes one channel-first uint8 image, the view `env.minigrid.view`
+picks (`MiniGridImage`): the symbolic 7×7 egocentric view (the default), the whole grid, or either one rendered.
+Axis 1 is the grid's row and axis 2 its column in every view (MiniGrid's own encoding is [x, y, channel]), and
+the symbolic spaces bound each channel by its largest index, which the `minigrid` encoder sizes its embeddings
+from. MiniGrid sets `truncated` on a goal reached at the last allowed step; here that step is a termination only.
+docs/environments/minigrid.md has the details.
 """
 
 from __future__ import annotations

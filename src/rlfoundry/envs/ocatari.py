@@ -1,30 +1,11 @@
 """OCAtari's objects as a fixed-size observation vector: `env.atari.obs_type: objects` (see `rlfoundry.envs.atari`).
 
-OCAtari (Delfosse et al. 2023, arXiv:2306.08649; the `ocatari` package, checked against 2.2.1) reads the objects of
-an Atari game (player, ball, enemies, ...) from the console's 128 RAM bytes: one module per game,
-`ocatari.ram.<game>`, whose `_detect_objects_ram(objects, ram, hud)` updates a list of objects in place after each
-step. The list is state: in many games (SpaceInvaders, MsPacman, Asterix, ...) what is detected depends on the
-list the previous step left, so it is kept from the reset on, as OCAtari's own env keeps it, and detection runs
-once per agent step, on the RAM after the step's last emulator frame (as OCAtari's env with a frame skip does).
-
-The vector. Slot i is entry i of OCAtari's object list, the order OCAtari's own `obs_mode="obj"` observation
-chains them in (OCAtari 2 keeps an object at a fixed index, with a `NoObject` while it is absent), and holds
-(x, y, w, h): the top-left corner and the size of its bounding box, in pixels of the 160x210 screen. Absent
-objects (`NoObject`, `None`, invisible ones) are zeros. A game has max(sum of its `MAX_NB_OBJECTS`, the length of
-its initial list) slots, so the length is fixed where OCAtari's own object observation is not (its list outgrows
-the declared maxima in Assault, BeamRider, Carnival, ...; past the slots, objects would be dropped: none were in
-our sweep of every game). HUD objects (score, lives) are left out (`hud=False`): the learner gets rewards and
-life losses already. float32 with unbounded space bounds: coordinates are RAM bytes with game offsets (-366 to
-574 seen), so normalise them with `env.normalize_obs: true` for an MLP.
-
-NumPy 2. OCAtari 2.2.1 pins numpy<2: its extraction does arithmetic on RAM bytes, and under NumPy 1 a uint8 RAM
-byte plus a Python int gave an int64, where NumPy 2 keeps uint8 (NEP 50) and so wraps at 256 (SpaceInvaders'
-`sum(ram[18:24]) == 378` can never hold) or raises OverflowError (Seaquest, Riverraid, Montezuma's Revenge, ...).
-It is given the RAM as int64 here, which restores NumPy 1's results for those scalar operations.
-
-State. The object list is Python objects, which `rlfoundry.envs.state` cannot capture: a resumed run tracks objects
-on from its fresh envs' lists, so in the stateful games its vectors can differ from an uninterrupted run's for a
-while. `ObjectView.uncapturable` is the reason for the env state to report instead.
+OCAtari (Delfosse et al. 2023, arXiv:2306.08649; checked against 2.2.1) finds a game's objects in the console's RAM
+by updating a list of objects after each step. The list is state, so it is kept from the reset on and updated once
+per agent step, as OCAtari's own env does. Slot i of the vector holds (x, y, w, h) of entry i of the list, zeros
+while it is absent, HUD objects left out; a game has max(sum of its `MAX_NB_OBJECTS`, its initial list's length)
+slots. OCAtari 2.2.1 was written for NumPy 1, so it gets the RAM as int64, which gives NumPy 1's results under NumPy
+2. docs/environments/atari.md has the details.
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
 """Retro: classic console games through stable-retro (1.0), as `retro/<Game>-v0` ids, pixels preprocessed by
 `env.retro`.
 
-Ids. Importing this module registers one id for every game stable-retro has an integration for (about a thousand:
-its stable integrations, then the contrib and experimental ones whose names are still free), `retro/` + the game's
-name (`retro/Airstriker-Genesis-v0`; names without a version get `-v0`). It costs about 0.1 s, on top of importing
-stable-retro, and only runs when a `retro/` id is used (`rlfoundry.envs.load_family`). stable-retro ships one ROM,
-Airstriker-Genesis's; the others must be imported first (`python -m stable_retro.import <dir with ROM files>`, which
-finds them by checksum). An id whose ROM is missing is a ConfigError that says so.
-
-Each env (`make_env`) is stable-retro's `RetroEnv` with:
-- Discrete actions: `use_restricted_actions=Actions.DISCRETE`, every combination of the game's valid button groups
-  (Airstriker: 126); action 0 presses nothing. MultiBinary, the package's default, is not supported by our agents.
-- the game's default start state (`env.kwargs.state` picks another), its scenario's reward and done condition.
-- `rlfoundry.envs.frames.StickyFrameSkip`: `env.retro.frame_skip` frames per agent step, rewards summed, with sticky
-  actions at `env.retro.repeat_action_probability` (0 by default; 0.25 in Nichol et al. 2018, arXiv:1804.03720).
-  The emulator is deterministic: sticky actions, drawn from the env's seed, are the only randomness in an episode,
-  so with 0 a seed changes nothing and a fixed policy replays the same episode.
-- `ScreenFrames`: grey (or RGB), resized, stacked, channel-first uint8.
-- a time limit in agent steps: `env.max_episode_steps`, by default 108 000 frames (30 minutes at 60 fps, the Atari
-  path's limit) / frame_skip. Episodes otherwise end at the scenario's done condition (game over).
-
-Not done, unlike the Atari path: no max-pool of the last two frames (see `rlfoundry.envs.frames`), no reward clipping
-(the episode statistics report the score; `env.normalize_reward` scales what the learner sees), no episodic life
-(retro integrations have no common life counter), no no-op starts (sticky actions give the randomness).
-
-One emulator per process: stable-retro 1.0 refuses a second emulator while one is open ("Cannot create multiple
-emulator instances per process"). A training run opens its evaluation envs beside its training envs, so both run in
-worker processes: `env.vectorization` must be `async` (what `auto` picks for these ids: `VECTORIZATION`); `sync` is
-refused. No other retro env may be open in the process that builds them (AsyncVectorEnv builds one there to read the
-spaces, then closes it); a video's one env is built in the trainer's process, which holds none. Building a second
-emulator in a process is a ConfigError that says so.
+Importing this module registers an id for every game stable-retro integrates (about 0.1 s; only done when a
+`retro/` id is used). `make_env` builds stable-retro's `RetroEnv` with Discrete actions (every combination of the
+game's button groups), then `StickyFrameSkip`, `ScreenFrames` and a time limit of 108,000 frames. stable-retro
+allows one emulator per process and a run opens its evaluation envs beside its training envs, so these ids run in
+worker processes (`VECTORIZATION`). docs/environments/retro.md has the details.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""Small games for testing image pipelines, continuous control and model-based learning quickly, registered as
-`rlfoundry/*` ids.
-
-`rlfoundry/Catch-v0` (`CatchEnv`): a ball falls one row per step from a random column of the top row; a paddle on
-the bottom row moves left, stays or moves right (`Discrete(3)`: 0, 1, 2). The step on which the ball reaches the
-bottom row pays +1 if the paddle is under it and -1 if not, every other step 0; the next step starts a new ball at
-the top. An episode is `balls` balls and terminates on the last one's reward (length `balls * height - 1`). The
-paddle (3 pixels) has `height - 1` moves after a ball appears and needs at most `width - 3` to get under it, so
-when `height - 1 >= width - 3` (20x16: 19 >= 13) a policy that follows the ball catches every one: the best
-return is `balls`. The game is Catch (Mnih et al. 2014, arXiv:1406.6247; bsuite's catch, Osband et al. 2020,
-arXiv:1908.03568), drawn in colour and stacked like rlfoundry's RGB Atari frames, so that a world model made for
-SimPLe's frames has a small game to learn: one random draw per ball, and a reward that the frame shows (the ball
-over the paddle, or not, in the bottom row).
-
-Observations are the last `frame_stack` RGB frames, uint8 [frame_stack * 3, height, width], oldest first,
-frame-major then R, G, B (`rlfoundry.envs.atari`'s colour layout), with zeros (blank frames) before the reset frame;
-with `grayscale=True` one luminance channel per frame (ball 255, paddle 128), [frame_stack, height, width].
-All randomness (the balls' columns) comes from the env's `np_random`, seeded by `reset(seed=...)`.
-
-`rlfoundry/Reach-v0` (`ReachEnv`): a point on a line moves towards a goal, for testing continuous control from
-vectors in a few minutes (e.g. a latent world model learning in imagination). Observation [position, goal] (float32,
-both drawn uniformly from [-1, 1] at reset); action a in [-1, 1] moves the point by `speed · a` (clipped to the
-line); reward -|goal - position| after each move; `steps` steps per episode, the last one truncates it. Moving at
-full speed towards the goal and then staying is optimal, and `ReachEnv.best_return(position, goal)` gives its
-return, so a test can say how close to the optimum a policy comes.
+"""Small games registered as `rlfoundry/*` ids, for checking learners in minutes. `rlfoundry/Catch-v0` (`CatchEnv`) is
+Catch (Mnih et al. 2014, arXiv:1406.6247; bsuite's catch, Osband et al. 2020, arXiv:1908.03568) drawn in colour and
+stacked like the RGB Atari frames, so that a world model made for SimPLe's frames has a small game with a known
+best return. `rlfoundry/Reach-v0` (`ReachEnv`) moves a point to a goal on a line, and `ReachEnv.best_return` gives
+the optimal return. docs/environments/toys.md has the rules of both.
 """
 
 from __future__ import annotations
@@ -39,7 +19,7 @@ RENDER_SCALE = 8  # render() upscales each pixel to 8x8, so videos are not a few
 
 
 class CatchEnv(gym.Env):
-    """Catch a falling ball with a paddle; see the module docstring."""
+    """Catch a falling ball with a paddle; docs/environments/toys.md has the rules."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 

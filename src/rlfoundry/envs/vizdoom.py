@@ -1,32 +1,10 @@
 """ViZDoom: the `Vizdoom*` Gymnasium ids of the vizdoom package (1.3), pixels preprocessed by `env.vizdoom`.
 
-Importing this module registers the package's ids (`import vizdoom.gymnasium_wrapper`): the scenarios it ships
-(`VizdoomBasic-v1`, `VizdoomDefendCenter-v1`, `VizdoomHealthGathering-v1`, `VizdoomDeadlyCorridor-v1`, ...) and the
-maps of the Freedoom WADs it ships (`VizdoomFreedoom1E1M1-S3-v0`, ...). The `VizdoomDoom*` / `VizdoomDoom2*` ids
-need the commercial doom.wad / doom2.wad, which it does not ship: refused unless the file is there.
-
-- Observation: the `screen` buffer of vizdoom's Dict observation (depth, labels, automap, audio, game variables
-  are dropped), through `rlfoundry.envs.frames.ScreenFrames`: grey or RGB, resized, stacked, channel-first uint8.
-  The engine renders RGB24 (set here unless `env.kwargs.screen_format` says otherwise) and the grey conversion is
-  OpenCV's, so a video (rendered from the same RGB screen) is in colour. The screen resolution is the scenario's
-  (320x240 for most); `env.kwargs: {screen_resolution: RES_160X120}` renders a quarter of the pixels, about twice
-  as fast, for the same 84x84 frames.
-- Actions: Discrete only (rlfoundry's agents take no MultiBinary): the `*-v1` scenario ids press at most one button
-  a step (`max_buttons_pressed: 1`, action 0 presses none). Their `-MultiBinary` twins are refused, naming the
-  Discrete id; the Freedoom map ids, registered MultiBinary only, need `env.kwargs: {max_buttons_pressed: 1}`
-  (or more: every combination of up to that many buttons becomes one action).
-- Frame skip: `env.vizdoom.frame_skip` is vizdoom's own `frame_skip`: the engine runs that many tics with the action
-  and renders only the last (no sticky actions: `repeat_action_probability` must stay 0).
-- Episode end: vizdoom reports a scenario's `episode_timeout` as terminated *and* truncated; here it is a
-  truncation only (the observation holds no clock, so the learner bootstraps there), and a kill or death that
-  ends the episode stays a termination. The engine has no screen after the episode ended (vizdoom hands out
-  zeros): the final observation repeats the last screen instead, a value to bootstrap from rather than a black
-  frame. `env.max_episode_steps` (agent steps) adds a time limit of its own.
-- Seeding: vizdoom's `reset(seed=...)` seeds the env's `np_random`, which draws the engine's seed at every reset:
-  a seed gives the same episodes for the same actions.
-- Rewards are the scenario's, unclipped (Basic: +101 a kill, -5 a miss, -1 a tic, so -4 a step at frame skip 4).
-- Files: the engine writes `_vizdoom.ini` (`env.kwargs.doom_config_path` moves it) and an empty `_vizdoom/` into
-  the working directory, as vizdoom always does.
+Importing this module registers the package's ids. `make_env` hands `env.vizdoom.frame_skip` to the engine (which
+runs the skipped tics without rendering them), keeps the `screen` of vizdoom's Dict observation (`VizdoomScreen`,
+which also makes a scenario's timeout a truncation) and preprocesses it with `rlfoundry.envs.frames.ScreenFrames`.
+Only Discrete actions are built: MultiBinary ids are refused, as are maps whose WAD vizdoom does not ship.
+docs/environments/vizdoom.md has the details.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""Wrappers of our own; Gymnasium's cover episode statistics and normalisation.
-
-`ActionRepeat` (`env.action_repeat`) wraps each sub-env: one agent step is k env steps with the same action.
-
-`RenderedFrames` (`env.pixels`) wraps each sub-env: its rendered frames become the observation.
-
-`images_channel_first` wraps each sub-env whose observations are channel-last uint8 images [H, W, C] (CarRacing,
-Crafter, Procgen, most pixel envs outside the families rlfoundry preprocesses itself): the networks read [C, H, W].
-
-`resized_images` (`env.img_size`) resizes them, for ids whose families have no frame size of their own.
-
-`MaskObservation` makes a POMDP from a vector-observation env by hiding chosen entries (`env.mask_obs`).
-Hidden entries are *removed*, not zeroed: the observation shrinks (CartPole with `mask_obs: [1, 3]` observes
-[cart position, pole angle]). That is what the POMDP benchmarks do (pomdp-baselines' "-P" tasks keep
-`partially_obs_dims`, Ni et al. 2022, arXiv:2110.05038), and it keeps the network's input honest: a zeroed entry
-is a constant input that observation normalisation would divide by a zero variance, and its shape would
-suggest information that is not there. It works at the vector level, so it also wraps numpy vector entry
-points (CartPole) that have no single-env factory.
+"""Wrappers of our own; Gymnasium's cover episode statistics and normalisation. `ActionRepeat` (`env.action_repeat`),
+`RenderedFrames` (`env.pixels`), `images_channel_first` (channel-last uint8 images, which the networks read as
+[C, H, W]), `resized_images` (`env.img_size`) and `MaskObservation` (`env.mask_obs`). Masking removes the hidden
+entries rather than zeroing them, as pomdp-baselines' "-P" tasks do (Ni et al. 2022, arXiv:2110.05038): a zeroed
+entry is a constant input that observation normalisation would divide by a zero variance. It works on the vector
+env, so it also masks numpy vector entry points (CartPole). docs/environments/options.md describes the options.
 """
 
 from __future__ import annotations
