@@ -1,40 +1,9 @@
-"""Off-policy replay: a preallocated time-major ring filled from a NEXT_STEP vector env, n-step returns, and
-proportional prioritisation with a sum tree (Schaul et al. 2016, arXiv:1511.05952).
-
-Layout. Storage is `[R, B, ...]` (R rows per env, B envs), written one row per vector step. Row `t` holds
-obs_t (only its newest frame when `frame_stack > 1`), actions_t, rewards_t, terminated_t, truncated_t. The
-next observation of transition t is the observation of row t + 1 of the same env, so it is not stored
-twice: `add` writes it straight into row t + 1 (the "pending" row, whose other fields come with the next
-`add`). With NEXT_STEP autoreset (see `rlfoundry.envs`) the row after an episode end is a *reset row*: its
-observation is the episode's true final observation (the bootstrap target on truncation), its action was
-ignored and its reward is 0. The buffer marks it from the previous step's `terminated | truncated` and never
-samples it as a transition.
-
-Sampleable ("ready") transitions. Row r of env e is ready when it is not a reset row, its n-step window is
-complete (n rows written, or an episode end within fewer) and its observation stack and the bootstrap one
-can be rebuilt. Readiness is decided once, in `add`, with a loop over k < n vectorised over envs; sampling
-reads one flag. The newest `capacity // num_envs` rows are the stored transitions; with frame stacking the
-`frame_stack - 1` rows before them stay in the ring as history for the oldest stacks, plus one pending row:
-R = capacity // num_envs + frame_stack.
-
-Frame stacks. With `frame_stack = S > 1` an observation is [S * C, H, W] (S frames of C channels, oldest
-first, as `rlfoundry.envs.atari` lays them out) and consecutive observations share S - 1 frames, so one
-frame [C, H, W] is stored per row and stacks are rebuilt at sample time from the ring. Which older frames a
-stack holds is read from the data, not assumed: `add` compares the new stack's older frames with the
-previous stack's newer ones (one comparison of S - 1 frames per env and step). A continued stack (a normal
-step, and ALE's step after a life loss, where the game and its frame stack go on) reuses the previous rows;
-a fresh stack (after a game reset) has padding in place of the frames before the episode, which
-`frame_padding` names: "zero" (ALE's AtariVectorEnv, checked against ale-py 0.12.1) or "first" (copies of the
-first frame, Gymnasium's FrameStackObservation). Per row, `depth` (int8) counts the real frames in its
-stack; a negative depth marks a stack whose older frames are not in the ring (the first observation given
-to an empty buffer mid-episode, or an env that changed its stack without an episode end): such rows are not
-sampled until S real frames are in the ring. A fresh stack after a reset row whose padding is not
-`frame_padding` is an error, since every episode start would otherwise be dropped silently.
-
-Footprint per transition: one frame plus actions, a float32 reward and five one-byte flags (terminated,
-truncated, reset row, ready, depth). 1M Atari transitions ([4, 84, 84] uint8, int64 actions): 7056 + 8 + 4
-+ 5 = 7073 bytes, 7.07e9 bytes = 6.59 GiB (`nbytes`), against 28.2 GiB for obs and next_obs stacks stored
-whole. Storage is allocated with `np.zeros` (calloc), so the OS commits pages as they are first written.
+"""The off-policy replay (DQN, SAC, TD3): a preallocated time-major ring `[R, B, ...]` filled from a NEXT_STEP vector
+env, with n-step returns and proportional prioritisation through a sum tree (Schaul et al. 2016, arXiv:1511.05952).
+Each observation is stored once (a transition's next observation is the next row's), and stacked frames once per
+frame, so that a million Atari transitions fit in memory; reset rows are never sampled, and the arrays go into the
+checkpoint for exact resumes. The layout, frame stacks and footprint are described in docs/algorithms/dqn.md,
+"The replay buffer".
 """
 
 from __future__ import annotations

@@ -7,9 +7,13 @@ built; a test fails when a key, a command or an option has no description.
 from __future__ import annotations
 
 import enum
+import functools
+import itertools
+import re
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import typer
@@ -150,10 +154,14 @@ def config_markdown() -> str:
              "Every key of an experiment config, generated from the code (`rlfoundry.cli.reference`). Set any of them "
              "in a YAML file or on the command line as `section.key=value`; `algo` keys depend on `algo.name`.", ""]
     for section, keys in config_sections().items():
-        lines += [f"## {section}", "", "| key | type | default | description |", "|---|---|---|---|"]
-        lines += [f"| `{k.path}` | {_cell(k.type)} | {_cell(k.default)} | {_cell(k.description)} |" for k in keys]
-        lines.append("")
+        lines += [f"## {section}", "", *keys_table(keys), ""]
     return "\n".join(lines)
+
+
+def keys_table(keys: list[Key]) -> list[str]:
+    """A markdown table of config keys (the lines): key, type with its allowed values or bounds, default, meaning."""
+    lines = ["| key | type (allowed values) | default | description |", "|---|---|---|---|"]
+    return lines + [f"| `{k.path}` | {_cell(k.type)} | {_cell(k.default)} | {_cell(k.description)} |" for k in keys]
 
 
 def _cell(text: str) -> str:
@@ -224,22 +232,196 @@ def cli_markdown() -> str:
 # ---------------------------------------------------------------- presets
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One preset variant: its env id and name, the algorithm and memory core it trains, its budget (None: the
+    defaults') and the return its preset counts as solved (None: none)."""
+
+    env_id: str
+    name: str
+    algo: str
+    core: str
+    budget: int | None
+    solved: float | None
+
+    @property
+    def spec(self) -> str:
+        return f"{self.env_id}:{self.name}"
+
+
+def preset_variants(algorithm: str | None = None) -> list[Variant]:
+    """Every variant of the shipped presets, by env id then in the preset's order; with `algorithm`, those that train
+    it."""
+    return [v for v in _variants() if algorithm in (None, v.algo)]
+
+
+@functools.cache
+def _variants() -> tuple[Variant, ...]:
+    """The shipped presets' variants, read once per process (the pages ask for them per algorithm and per row)."""
+    from rlfoundry.experiment.load import load_presets, preset_layers
+
+    found = []
+    for env_id, preset in sorted(load_presets().items()):
+        for name in preset.variants:
+            layers = preset_layers(preset, name)
+            found.append(Variant(env_id, name, (layers.get("algo") or {}).get("name", "ppo"),
+                                 (layers.get("network") or {}).get("core", "identity"),
+                                 (layers.get("train") or {}).get("total_timesteps"),
+                                 (layers.get("solved") or {}).get("return")))
+    return tuple(found)
+
+
 def presets_markdown() -> str:
     """The presets page: each env id, its solved-at return with its source, and its variants' algorithm and core."""
-    from rlfoundry.experiment.load import load_presets, preset_layers
+    from rlfoundry.experiment.load import load_presets
 
     lines = ["# Presets", "",
              "The tuned settings shipped for each env id, generated from the preset files (`rlfoundry presets` "
              "lists the same). Train one with `rlfoundry train ENV_ID:VARIANT`.", "",
              "| env id | solved at | source | variants (algorithm, core) |", "|---|---:|---|---|"]
-    for env_id, preset in sorted(load_presets().items()):
-        solved = preset.solved or {}
-        variants = []
-        for variant in preset.variants:
-            layers = preset_layers(preset, variant)
-            algo = (layers.get("algo") or {}).get("name", "ppo")
-            core = (layers.get("network") or {}).get("core", "identity")
-            variants.append(f"`{variant}` ({algo}{'' if core == 'identity' else ', ' + core})")
+    presets = load_presets()
+    for env_id, variants in itertools.groupby(preset_variants(), key=lambda v: v.env_id):
+        solved = presets[env_id].solved or {}
+        named = ", ".join(f"`{v.name}` ({v.algo}{'' if v.core == 'identity' else ', ' + v.core})" for v in variants)
         lines.append(f"| `{env_id}` | {solved.get('return', '-')} | {_cell(str(solved.get('source', '-')))} | "
-                     f"{', '.join(variants)} |")
+                     f"{named} |")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the algorithm pages
+
+# The benchmark pages whose tables have a `spec` column (ENV_ID:VARIANT), relative to the docs folder.
+BENCHMARK_PAGES = ("BENCHMARKS.md", "BENCHMARKS-full-budget.md", "BENCHMARKS-dreamer-pendulum.md")
+_PIPE = re.compile(r"(?<!\\)\|")
+_RULE = re.compile(r"^\|(\s*:?-+:?\s*\|)+$")
+
+
+def algorithm_pages() -> dict[str, list[str]]:
+    """rlfoundry's own algorithms by the page that documents them, `docs/algorithms/<module>.md`: one page per module
+    of `rlfoundry.algos`, so TD3 and DDPG (`td3.py`) share one. The page's namesake comes first; a plugin's
+    algorithms have no page here."""
+    from rlfoundry.algos.registry import algorithms
+
+    pages: dict[str, list[str]] = {}
+    for name, cls in algorithms().items():
+        package, _, module = cls.__module__.rpartition(".")
+        if package == "rlfoundry.algos":
+            pages.setdefault(module, []).append(name)
+    return {page: sorted(names, key=lambda name: (name != page, name)) for page, names in sorted(pages.items())}
+
+
+def algorithm_markdown(name: str) -> str:
+    """The settings of one algorithm: every `algo.*` key of its config, as a table (the configuration reference's)."""
+    from rlfoundry.algos.registry import algorithm
+
+    config = algorithm(name).config
+    return "\n".join([f"Every `algo` key of `algo.name: {name}` (`{config.__name__}`), generated from the code. Set "
+                      "them in an experiment file or as `algo.KEY=VALUE` after the spec on the command line.", "",
+                      *keys_table(list(_keys(config, "algo")))]) + "\n"
+
+
+def algorithm_presets_markdown(name: str) -> str:
+    """The preset variants that train one algorithm: spec, memory core, budget (env steps) and solved-at return."""
+    variants = preset_variants(name)
+    if not variants:
+        return f"No preset trains `{name}`; `ENV_ID:{name}` takes the defaults chosen from the env's spaces.\n"
+    lines = [f"The preset variants that train `{name}`, generated from the preset files; `rlfoundry presets ENV_ID` "
+             f"shows one in full. Any other env id takes `ENV_ID:{name}` with the defaults chosen from its spaces.", "",
+             "| spec | memory core | budget (env steps) | solved at |", "|---|---|---:|---:|"]
+    for v in variants:
+        budget = "(default)" if v.budget is None else f"{v.budget:,}"
+        lines.append(f"| `{v.spec}` | {v.core} | {budget} | {'-' if v.solved is None else v.solved} |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class BenchmarkTable:
+    """The rows of one benchmark page's table that train one algorithm, under the table's header."""
+
+    page: str  # relative to the docs folder
+    header: list[str]  # the header line and the rule under it
+    rows: list[str]
+
+
+def spec_algorithm(spec: str) -> str | None:
+    """The algorithm a spec (`ENV_ID:VARIANT`) trains: its preset variant's, else the variant when it names one."""
+    from rlfoundry.algos.registry import algorithms
+
+    variant = next((v for v in preset_variants() if v.spec == spec), None)
+    if variant is not None:
+        return variant.algo
+    name = spec.rpartition(":")[2]
+    return name if name in algorithms() else None
+
+
+def benchmark_rows(name: str, docs_dir: Path, pages: tuple[str, ...] = BENCHMARK_PAGES) -> list[BenchmarkTable]:
+    """The rows of the benchmark pages' tables whose spec trains algorithm `name`, with their tables' headers. A table
+    counts when a column is headed `spec`; its cells name the spec in backticks."""
+    found = []
+    for page in pages:
+        lines = (docs_dir / page).read_text().splitlines()
+        for start, end in _tables(lines):
+            cells = _cells(lines[start])
+            if "spec" not in cells:
+                continue
+            column = cells.index("spec")
+            rows = []
+            for line in lines[start + 2:end]:
+                row = _cells(line)
+                spec = re.search(r"`([^`]+)`", row[column]) if column < len(row) else None
+                if spec and spec_algorithm(spec.group(1)) == name:
+                    rows.append(line)
+            if rows:
+                found.append(BenchmarkTable(page, lines[start:start + 2], rows))
+    return found
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a markdown table line (`| a | b |`)."""
+    return [cell.strip() for cell in _PIPE.split(line.strip().strip("|"))]
+
+
+def _tables(lines: list[str]) -> list[tuple[int, int]]:
+    """(first line, end) of each markdown table: a `|` line, a rule line under it, and the `|` lines after."""
+    spans, i = [], 0
+    while i < len(lines) - 1:
+        if lines[i].startswith("|") and _RULE.match(lines[i + 1].strip()):
+            end = i + 2
+            while end < len(lines) and lines[end].startswith("|"):
+                end += 1
+            spans.append((i, end))
+            i = end
+        else:
+            i += 1
+    return spans
+
+
+def algorithm_benchmarks_markdown(name: str, docs_dir: Path, link_prefix: str = "../") -> str:
+    """One algorithm's rows of the benchmark pages, each under its table's header and a link to its page (which says
+    how the rows ran and on which machines); `link_prefix` leads from the page the section goes on to the docs
+    folder."""
+    tables = benchmark_rows(name, docs_dir)
+    if not tables:
+        return (f"No benchmark page has a row for `{name}` yet ({', '.join(f'`docs/{p}`' for p in BENCHMARK_PAGES)}"
+                "; [How the benchmarks run](" + link_prefix + "guide/benchmarks.md) says how to add one).\n")
+    lines = [f"The rows for `{name}` of the benchmark pages, copied from them as the site is built; each page says "
+             "how its rows ran, what the columns mean and on which machines."]
+    for table in tables:
+        lines += ["", f"From [`docs/{table.page}`]({link_prefix}{table.page}):", "", *table.header, *table.rows]
+    return "\n".join(lines) + "\n"
+
+
+def algorithm_page_markdown(page: str, docs_dir: Path) -> str:
+    """The generated part of `docs/algorithms/<page>.md`: the settings, presets and benchmark rows of each algorithm
+    the page documents (`algorithm_pages`)."""
+    names = algorithm_pages()[page]
+    sections = (("Settings", algorithm_markdown), ("Presets", algorithm_presets_markdown),
+                ("Benchmark rows", lambda name: algorithm_benchmarks_markdown(name, docs_dir)))
+    lines = ["", "<!-- The sections below are generated by docs/gen_pages.py (rlfoundry.cli.reference). -->", ""]
+    for title, render in sections:
+        lines += [f"## {title}", ""]
+        for name in names:
+            if len(names) > 1:
+                lines += [f"### `{name}`", ""]
+            lines += [render(name), ""]
+    return "\n".join(lines)
