@@ -21,9 +21,8 @@ does not. Target entropy: −dim A for Box actions (Haarnoja et al.); for Discre
 paper's appendix uses 0.98, which keeps two-action policies close to uniform). α is learned through log α
 for both, as SB3 does (Christodoulou's J(α) is written in α).
 
-Asynchronous (`async_actors: N`): N actor processes step the envs with copies of the actor, published every
-`actor_sync_every` gradient steps, and the learner only learns (`rlfoundry.buffers.actors`). Not
-bit-reproducible; a resumed async run restores weights, optimizers and replay, and its envs start afresh.
+Asynchronous actor processes (`async_actors: N`, `rlfoundry.buffers.actors`), and what they change for
+reproducibility and resume: docs/algorithms/sac.md.
 """
 
 from __future__ import annotations

@@ -17,20 +17,11 @@ docs/world-models/simple-mbarc.md, whose § numbers are cited below). One `itera
 
 The number of epochs E follows from train.total_timesteps: (total - random_steps) / real_steps_per_epoch.
 
-Deliberate choices:
-- Where this follows tensor2tensor (T2T) instead of MB: dropout is off in the simulator, the latent warm-up ramps
-  up (T2T's direction, over `latent_warmup_steps`), frames are resized with area averaging (ale-py's resize; MB
-  used nearest neighbour), and the simulated episode ends (see `rlfoundry.world_models.simulated_env`).
-- MB's defects not carried over, each with a test: values from signed rewards (MB's uint8 wrapped -1 to 255), a
-  simulated episode end that fires, no dropout in the simulator, the warm-up direction, a working `online`
-  strategy (with MBARC's class-balanced focal loss as `cbf_loss`), `mbarc` on games with negative rewards, and a
-  replay of single frames instead of whole stacks per step.
-- Reset steps of the real env (the NEXT_STEP step after an episode's end) are not transitions: they are neither
-  stored nor counted in the real-step budget.
-- PPO is rlfoundry's own (`algos/ppo.py`) on the simulated env, with MB's settings (`ppo` below). MB normalises
-  advantages over the whole rollout, rlfoundry per minibatch; MB's policy CNN has 32 filters in its third conv,
-  the Nature CNN 64.
-- Evaluation samples actions at `eval_temperature` (MB 0.5) unless eval.deterministic (then argmax).
+Deliberate choices (explained in docs/guide/model-based.md and simple-mbarc.md §2.6): tensor2tensor's behaviour
+where MB differs (no dropout in the simulator, the latent warm-up ramping up, area-averaged frames, a simulated
+episode that really ends); MB's defects left out, each with a test; the real env's reset steps neither stored nor
+counted as real steps; rlfoundry's PPO (`algos/ppo.py`) with MB's settings inside the model; evaluation sampling at
+`eval_temperature` (MB 0.5) unless eval.deterministic.
 """
 
 from __future__ import annotations

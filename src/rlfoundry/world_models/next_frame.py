@@ -1,8 +1,8 @@
 """SimPLe's stochastic next-frame predictor (Kaiser et al. 2019, arXiv:1903.00374), with MBARC's reward head.
 
-Sizes and structure follow the MBARC PyTorch port's defaults (tag **MB**, thomas-schillaci/mbarc_atari, as
-docs/world-models/simple-mbarc.md gives them; § numbers below are that page's). The code is
-this project's own. One step of the model, for a batch of B observations of S = 4 stacked RGB frames:
+Sizes and structure are the MBARC PyTorch port's defaults (tag MB, thomas-schillaci/mbarc_atari, as
+docs/world-models/simple-mbarc.md gives them; § numbers below are that page's); the code is this project's own. One
+step of the model, for a batch of B observations of S = 4 stacked RGB frames:
 
     x      = standardise(frames / 255) per frame channel                         [B, S·C, H, W]    §2.1
     x      = embed_1x1(x) + timing(level 0)                                       [B, 96, H, W]
@@ -16,39 +16,11 @@ this project's own. One step of the model, for a batch of B observations of S = 
         x  = InstanceNorm(ReLU(convT4x4s2(inject(dropout(x), a))) + skip_l) + timing(l)
     frame logits = conv1x1(x) viewed [B, 256, C, H, W];  reward logits = head(mid, x)   [B, 3]    §4.4
 
-Bits. Training with the target frame: a posterior net reads (frames, target) and gives 128 logits; the bits are
-straight-through sign(tanh(logits + truncated noise σ 0.2)), each flipped with probability 0.1 (T2T
-`tanh_discrete_bottleneck`). An LSTM prior emits the bits as 16 chunks of 8 (256-way softmaxes) from the flattened
-bottleneck; it is trained teacher-forced on the posterior's clean bits sign(logits) (`bit_loss`), and samples the
-bits in the simulator (`simulate`).
-
-Warm-up (§2.2, §6 item 4). Three probabilities, scheduled by the caller (`latent_mixing` gives T2T's linear ramps),
-all ramp UP from 0: P(a bit is the hard ±1 value rather than its continuous tanh code) 0 -> 1 (T2T
-`discretize_warmup_steps`), P(a bit is replaced by an LSTM-sampled bit) 0 -> 0.5, P(a sample uses the latent at all)
-0 -> 0.8 (T2T draws the first two per bit, the last per sample; so does this module). MB mixes the hard bits with
-the opposite probability, so after its epoch 0 it trains on continuous codes while its simulator feeds ±1 bits: not
-copied. `LatentMixing.hard_posterior()` (all hard bits, no LSTM bits, latent always) is what a validation pass wants.
-
-MB against tensor2tensor (T2T) at the points of §2.5 that concern the network, and the choices here:
-- 5 compress steps (MB) rather than T2T's 6; InstanceNorm (affine, eps 1e-6, MB) rather than T2T's layer norm.
-- Dropout in the simulator: OFF (T2T). MB's functional dropout stays on at inference (§6 item 3); here dropout
-  follows `self.training` in `forward`, and `simulate` never applies it, whatever the module's mode.
-- No recurrent internal state (MB's default, §2.4; T2T SD has it on).
-- Posterior net: MB's layout (1×1 embedding + timing + action injection, conv 8×8 s4 -> 128, attention pooling,
-  ReLU, conv 8×8 s4 -> 512, attention pooling). T2T's second conv reads the embedding again, not the first conv's
-  output; MB's (and this) chain them. The pooling (4 softmax maps + the plain mean) returns the 5·C pooled features
-  directly (weighted sums, i.e. proper averages; MB/T2T take mean(x·s), the same divided by H·W, then a dense to
-  2·15 (MB) or 2·C (T2T)); one linear maps their concatenation to the 128 logits.
-- Warm-up ramps: T2T's direction and mask shapes (above). Bit sampling uses a softmax (max-subtracted), not MB's
-  raw exp (§6 item 9).
-- Bit loss: the mean cross-entropy over the 16 chunks, unscaled; MB divides it by the rollout length (50) before
-  adding it to the world-model loss: that weight is the caller's.
-- Reward heads (§4.4): `modified` (MBARC's, MB's default) and `original` (SimPLe's). The modified head's width is
-  `reward_head_channels` (MB hard-codes 96) and its flat size is computed from the real bottleneck size.
-
-Its cost (simulated steps/s against the matmul bound, the blocked CPU argmax of the 256·C-way output layer) and its
-size (parameters by part, against the published ones) are measured in docs/guide/model-based.md, "The next-frame
-predictor: cost and size".
+128 latent bits carry what the frames do not determine: in training a posterior net infers them from the target
+frame, in the simulator (`simulate`) an LSTM prior samples them. Their warm-up, and every place where this follows
+tensor2tensor rather than MB (dropout off in the simulator, the direction of the warm-up ramps, the posterior's
+pooling, the bit sampling), are in §2.6 of that page; the model's cost and size are measured in
+docs/guide/model-based.md, "The next-frame predictor: cost and size".
 """
 
 from __future__ import annotations

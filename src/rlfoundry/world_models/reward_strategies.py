@@ -1,44 +1,11 @@
-"""How SimPLe's reward head is trained: MBARC's strategies for the rare rewarded frames.
+"""MBARC's reward strategies for SimPLe's reward head: which transitions the head trains on, and its loss.
 
-Source tags are those of docs/world-models/simple-mbarc.md (§0, §4), whose § numbers are cited below: **MB** =
-thomas-schillaci/mbarc_atari at 5aad3d8 (`mbarc/trainer.py` `Trainer.train_reward_model`, `mbarc/focal_loss.py`),
-**Desc** = the written overview of MB this project was planned from.
-
-Rewards are clipped to sign(r) and stored as classes {0, 1, 2} for -1, 0, +1 (uint8, MB `envs.ClipRewardEnv`).
-With n_c the number of transitions of class c and N = Σ n_c, the strategies are:
-
-    online                  no sampler: the head trains inside the world-model loss (CE, or the class-balanced
-                            focal loss below)
-    class_balanced          weight per transition 1 - n_c/N
-    square_root             weight per transition 1 - √n_c / Σ_k √n_k
-    progressively_balanced  stage t = 0..50: (1 - t/50)·⅓ + (t/50)·(1 - n_c/N), from natural frequencies
-                            (instance-balanced) to class_balanced; `progressively_balanced_schedule`
-    mbarc                   three categories k (`mbarc_categories`), each drawn with share mbarc_dist[k]
-
-Every other strategy draws indices with replacement, each transition with probability ∝ its weight, and trains
-the head alone on them for `REWARD_STEPS_PER_EPOCH[strategy]` batches of `REWARD_BATCH_SIZE` after each
-world-model phase (MB §4.1). The samplers return all the indices of one such phase at once, as MB does.
-
-Where the sources disagree, and what this module follows:
-- `class_balanced`: Desc calls it inverse-frequency sampling; MB's weight is one minus the frequency (with
-  two classes present that still gives each class the same total mass, with three it does not). MB's is used.
-- `mbarc` categories: Desc describes windows of frames (ahead of a reward, at its centre, the remaining reward
-  frames); MB's code uses a window of one transition and three categories, which this module follows:
-  0 = zero-reward transitions not right after a rewarded one, 1 = zero-reward transitions right after a
-  rewarded one, 2 = rewarded transitions; shares (0.35, 0.05, 0.60) in that order (`--mbarc-dist`). MB labels
-  them `ffw`, `ctr`, `or` (expansions unconfirmed). Deviations from MB, deliberately:
-  * "rewarded" means a non-zero reward, so games with negative rewards work (MB raises NotImplementedError
-    on any -1 in the buffer);
-  * "right after" means the previous transition is in the same episode: one that starts an episode is never
-    right after the last reward of the episode before (MB agrees: it checks that the previous one was not
-    terminal). MB's look-ahead to the *next* transition sits in an `elif` that only runs for buffer index 0;
-    it is dropped, so index 0, having no predecessor, is category 0 when its reward is zero.
-- `online`: MB raises NotImplementedError for it in `train_reward_model` (§4.2, §6 item 5); here it simply has no
-  sampler, and `class_balanced_focal_loss` is the loss MB's `--use-cbf-loss` would have given it.
-- Counts and draws: MB counts classes and draws over the whole buffer and adds 1e-4 to every weight. Here both
-  are over the transitions the caller marks usable, with exact weights; a total weight of zero (one class
-  present, where 1 - n_c/N = 0) falls back to uniform draws, which is what MB's 1e-4 gives in that case. An
-  empty class or category simply gets no mass: the others are renormalised.
+Rewarded frames are rare in Atari, so a head trained on transitions as they come tends to predict no reward at
+all. Each sampling strategy (`class_balanced`, `square_root`, `progressively_balanced`, `mbarc`) draws the head's
+training transitions with weights that favour the rare classes, after each world-model phase; `online` has no
+sampler and trains the head inside the world-model loss, optionally with `class_balanced_focal_loss`. Rewards are
+clipped and stored as classes {0, 1, 2} for -1, 0, +1. The weights, and where this module departs from the MBARC
+port (tag MB), are in docs/world-models/simple-mbarc.md §4 (§4.5: the choices made here).
 """
 
 from __future__ import annotations

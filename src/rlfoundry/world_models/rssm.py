@@ -8,21 +8,14 @@ The state is a deterministic recurrent part h (`deter` units) and a stochastic p
     posterior q(z_t | h_t, embed(o_t))                        observation: the dynamics corrected by o_t
     features  = concat(h_t, z_t)                              what every head reads
 
-Two forms, chosen by the config:
-- DreamerV3 (reference code HEAD, `dreamerv3/rssm.py`): z is `stoch` categoricals of `classes` classes with 1%
-  uniform mixing, sampled as straight-through one-hots; the core is a block-diagonal GRU (`blocks` groups): h, z and
-  a each through Dense(hidden) + RMSNorm + SiLU, that concatenation appended to every group's slice of h, one block
-  linear layer (RMSNorm over all of h, SiLU), and a block linear layer to the gates, split per group into reset,
-  candidate and update: h' = u·tanh(r·c) + (1 - u)·h with r = σ(reset), u = σ(update - 1). The prior has
-  `prior_layers` hidden layers, the posterior `posterior_layers` on concat(h, embed). Continuous actions enter
-  divided by max(1, |a|) (no gradient through the divisor); discrete ones as one-hots.
-- PlaNet (`google-research/planet` `models/rssm.py`): z is a `stoch`-dim diagonal Gaussian with std = softplus + 0.1;
-  the core is a ReLU Dense layer on concat(z, a) into a GRU cell (torch's `GRUCell`; TensorFlow's GRUBlockCell
-  applies the reset gate before its recurrent matmul, torch after it); one ReLU layer for the prior and one for the
-  posterior; no norms.
-
-The initial state is zeros in both (DreamerV3 HEAD: nothing learned). `observe` loops over time once and computes
-the prior of every step afterwards in one batched call; `imagine_step` advances every start state at once.
+Two forms, chosen by the config. DreamerV3's (reference code HEAD, `dreamerv3/rssm.py`; §1 lists its layers): z is
+`stoch` categoricals of `classes` classes with 1% uniform mixing, sampled as straight-through one-hots, and the core
+a block-diagonal GRU (`blocks` groups) with RMSNorm and SiLU; continuous actions enter divided by max(1, |a|), with no
+gradient through the divisor. PlaNet's (`google-research/planet` `models/rssm.py`; §7): z is a `stoch`-dim diagonal
+Gaussian with std = softplus + 0.1, and the core a ReLU layer on concat(z, a) into torch's `GRUCell`, without norms.
+Discrete actions enter as one-hots in both, and both start from zeros (DreamerV3 HEAD learns no initial state).
+`observe` loops over time once and computes the prior of every step afterwards in one batched call; `imagine_step`
+advances every start state at once.
 """
 
 from __future__ import annotations

@@ -7,22 +7,15 @@ envs whose step is one batched forward pass of the world model, in this process,
             reward = class - 1 ∈ {-1, 0, 1};  after `episode_length` steps the episode ends for every env
 
 Observations, rewards and flags are torch tensors on the model's device, never copied to the host: a policy on the
-same device reads them directly (`rlfoundry.buffers.rollout.RolloutCollector` stores them as they come). Spaces
-and dtypes are Gymnasium's: observations uint8 in the `Box` below, actions from `Discrete(num_actions)`; the
-NEXT_STEP autoreset of the rest of rlfoundry: the step after an episode's last one restarts the env, ignores the
-action and returns reward 0. Ended episodes report `info["episode"]` ("r", "l", "t") and `info["_episode"]`, as
-`gymnasium.wrappers.vector.RecordEpisodeStatistics` does. All envs begin and end their episodes together (one
-host counter, so knowing when an episode ends needs no device sync).
+same device reads them directly (`rlfoundry.buffers.rollout.RolloutCollector` stores them as they come). Spaces are
+Gymnasium's (uint8 observations, `Discrete` actions), with the NEXT_STEP autoreset of the rest of rlfoundry and
+`info["episode"]` as `RecordEpisodeStatistics` writes it. All envs begin and end their episodes together (one host
+counter), so knowing when one ends needs no device sync.
 
-The end of a simulated episode, following the MBARC port's defaults (docs/world-models/simple-mbarc.md §3 "Simulated reward",
-"Terminal"), with its defect fixed:
-- `add_value` (default, MB): at the last step the world model's value estimate is added to the reward and the
-  episode TERMINATES, so PPO does not bootstrap again. The port meant to end it there but its done flag never
-  fired (its step counter was reset before the test, §6 item 2), so PPO bootstrapped from its critic on top of the
-  added value: the tail counted twice. The value added is the value head's estimate for the last step's input
-  stack, as the port adds it.
-- `add_value=False` (MB `--discard-value`, and T2T, which adds no value): the episode is TRUNCATED at the last
-  step and PPO bootstraps from its own critic on the final observation.
+The episode's end (docs/world-models/simple-mbarc.md §3, §6 item 2): with `add_value` (default, MB) the last reward
+includes the world model's value estimate for the last input stack and the episode TERMINATES, so PPO does not
+bootstrap again (the port meant this, but its done flag never fired and the tail counted twice); with
+`add_value=False` (MB `--discard-value`, and T2T) it is TRUNCATED and PPO bootstraps from its own critic.
 
 Randomness: restarts draw from `np_random` (Gymnasium's, seeded by `reset(seed=...)`), the latent bits from a
 torch generator on the device seeded from it; `state_dict` holds both, for exact resume.

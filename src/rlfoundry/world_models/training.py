@@ -11,26 +11,14 @@ World model, one optimizer step per predicted frame, no gradient through time:
             one Adafactor step, gradient norm clipped to 1
             x = x without its oldest frame + (frame_{t+1} with P(feed truth), else the model's argmax frame)
 
-P(feed truth) follows MB's scheduled sampling in epoch 0 (`scheduled_sampling_probability`) and is 0 afterwards
-(the model then learns from its own predictions, as it will run in the simulator). Input noise: each input pixel
-value is replaced by the batch median with probability 0.05, also on fed-back frames (MB `preprocess_state`; T2T
-uses it only in its deterministic set). Where MB leaves it open, here: the truth-or-prediction choice is drawn per
-sample, and the median is the per-element median over the batch.
+P(feed truth) follows MB's scheduled sampling in epoch 0 and is 0 afterwards; noise(x) replaces each input pixel by
+the batch median with probability 0.05, fed-back frames included (MB `preprocess_state`). The reward head (every
+strategy but `online`) then trains alone, on the strategy's draws (`reward_strategies`), the body frozen and without
+gradients. What this decides where MB is silent or wasteful: §2.6 of that page.
 
-Reward head (strategies other than `online`): after the world-model phase, batches of transitions drawn by the
-strategy's sampler (`reward_strategies`), the body in eval mode and without gradients (MB back-propagated through the
-frozen body for nothing, §6 item 8 of that page), only the head updated, by its own Adafactor, plain cross-entropy.
-
-Optimizer: `Adafactor` is torch.optim.Adafactor (its defaults are MB's relative-step Adafactor) with the same update
-written in vectorised operations. torch's CPU step takes the row and column means of g² as `torch.norm(g, dim=-1/-2)`,
-a reduction torch does not vectorise on the CPU (10-20× slower than g.square().sum over a non-last dimension, torch
-issue #40570), builds the factored estimate with a batched matmul of 1-wide matrices, and reads two norms per tensor
-back to the host. Measured in one run on one thread of an AMD EPYC Zen 4 (torch 2.13, the other core busy): the
-published world model's step 2,271 -> 686 ms (torch's took about half of a training step), `rlfoundry/Catch-v0`'s
-small model 21.8 -> 10.0 ms; what is left is mostly the reductions and the outer product over conv kernels' 3-8-wide
-last two dimensions, which torch's CPU kernels do not vectorise either. Same state
-(`step`, `row_var`, `col_var`, `variance`; a state dict loads in either), same update to float rounding (tested
-against torch's), no host reads on CUDA.
+`Adafactor` is torch.optim.Adafactor's update (whose defaults are MB's relative-step Adafactor) written in vectorised
+operations: the same state and, to float rounding, the same update, with no host reads on CUDA. Why torch's own step
+is slow on the CPU and what this saves: docs/guide/model-based.md, "The next-frame predictor: cost and size".
 """
 
 from __future__ import annotations
