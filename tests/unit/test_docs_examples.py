@@ -8,82 +8,43 @@ are minutes to hours): the Python examples that train run in tests/e2e/test_poli
 from __future__ import annotations
 
 import re
-import shlex
-from pathlib import Path
 
 import pytest
-import typer
 import yaml
 from typer.testing import CliRunner
 
 from rlfoundry.cli import app
 from rlfoundry.experiment.load import is_experiment_file, load_config
+from tests.docpages import ROOT, blocks, commands, parse
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
 RUNS = {"train", "trials", "bench train", "bench arch"}  # commands whose first argument is a SPEC to load
 FAST = {"presets", "algos"}  # commands that run here in a second (`presets --smoke` trains: parsed only)
 # YAML blocks that are not rlfoundry's files
 FOREIGN = {"command"}  # a W&B sweep file (`wandb sweep`) has a command list
 
 
-def blocks(language: str) -> list[tuple[str, str]]:
-    """(page:line, text) of every fenced block in `language` on the README and the documentation pages."""
-    found = []
-    for page in PAGES:
-        text = page.read_text()
-        for match in BLOCK.finditer(text):
-            if match.group(1) == language:
-                line = text.count("\n", 0, match.start()) + 1
-                found.append((f"{page.relative_to(ROOT)}:{line}", match.group(2)))
-    return found
+def yaml_blocks() -> list[tuple[str, str]]:
+    return [(block.where, block.text) for block in blocks("yaml")]
 
 
-def commands() -> list[tuple[str, list[str]]]:
-    """Every `rlfoundry ...` command line of the shell blocks, continuations joined, comments and the
-    `.venv/bin/` or `$(which rlfoundry)` prefix dropped: (where, arguments after `rlfoundry`)."""
-    found = []
-    for where, text in blocks("bash"):
-        for line in text.replace("\\\n", " ").splitlines():
-            words = shlex.split(line.replace("$(which rlfoundry)", "rlfoundry"), comments=True)
-            starts = [i for i, word in enumerate(words) if word.endswith("rlfoundry") and "/" not in word.strip(".")
-                      or word == ".venv/bin/rlfoundry"]
-            if starts:
-                found.append((where, words[starts[0] + 1:]))
-    return found
-
-
-def command_path(args: list[str]) -> tuple[str, list[str]]:
-    """(the command's name, e.g. `runs list`, and its own arguments)."""
-    root = typer.main.get_command(app)
-    group, path = root, []
-    while args and hasattr(group, "commands") and args[0] in group.commands:
-        group = group.commands[args[0]]
-        path.append(args[0])
-        args = args[1:]
-    return " ".join(path), args
+def python_blocks() -> list[tuple[str, str]]:
+    return [(block.where, block.text) for block in blocks("python")]
 
 
 def test_the_pages_show_commands_blocks_and_code():
-    assert len(commands()) > 50 and len(blocks("yaml")) >= 4 and len(blocks("python")) >= 4
+    assert len(commands()) > 50 and len(yaml_blocks()) >= 4 and len(python_blocks()) >= 4
 
 
 @pytest.mark.parametrize(("where", "args"), commands(), ids=lambda x: x if isinstance(x, str) else " ".join(x)[:60])
 def test_every_shown_command_parses_and_names_runs_that_load(where, args, tmp_path, monkeypatch):
-    name, rest = command_path(args)
+    name, command, params = parse(args)  # options and their types checked
     assert name, f"{where}: `rlfoundry {' '.join(args)}` names no command"
-    command = typer.main.get_command(app)
-    for part in name.split():
-        command = command.commands[part]
     assert not hasattr(command, "commands"), f"{where}: `rlfoundry {' '.join(args)}`: {name} has no such command"
-    context = command.make_context(name, list(rest), resilient_parsing=False)  # options and their types checked
-    params = context.params
     if name in RUNS and params.get("spec" if "spec" in params else "env") and not params.get("resume"):
         spec = params.get("spec") or params.get("env")
         overrides = list(params.get("overrides") or [])
         if is_experiment_file(spec):  # a file the page shows in a YAML block (my_experiment.yaml)
-            assert any(f"# {spec}" in text for _, text in blocks("yaml")), f"{where}: {spec} is not shown"
+            assert any(block.filename == spec for block in blocks("yaml")), f"{where}: {spec} is not shown"
             return
         load_config(spec if ":" in spec else f"{spec}:ppo", overrides)
     if name in FAST and not params.get("smoke"):
@@ -92,7 +53,7 @@ def test_every_shown_command_parses_and_names_runs_that_load(where, args, tmp_pa
         assert result.exit_code == 0, f"{where}: {result.output}"
 
 
-@pytest.mark.parametrize(("where", "text"), blocks("yaml"), ids=lambda x: x if ":" in x and "\n" not in x else "")
+@pytest.mark.parametrize(("where", "text"), yaml_blocks(), ids=lambda x: x if ":" in x and "\n" not in x else "")
 def test_every_yaml_block_is_a_valid_file(where, text, tmp_path):
     from rlfoundry.studies.sweep_file import base_spec, check_space, read_sweep
 
@@ -114,7 +75,7 @@ def test_every_yaml_block_is_a_valid_file(where, text, tmp_path):
     load_config(str(path))
 
 
-@pytest.mark.parametrize(("where", "text"), blocks("python"), ids=lambda x: x if ":" in x and "\n" not in x else "")
+@pytest.mark.parametrize(("where", "text"), python_blocks(), ids=lambda x: x if ":" in x and "\n" not in x else "")
 def test_every_python_block_compiles(where, text):
     compile(text, where, "exec")
 
