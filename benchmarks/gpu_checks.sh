@@ -10,7 +10,7 @@
 #   bash benchmarks/gpu_checks.sh [SECONDS] [OUT]       # defaults: 420 s, ./gpu-checks
 #
 # Needs rlfoundry importable (installed, or PYTHONPATH=src with its dependencies) and a CUDA torch. On a machine
-# without a package index, wheels in ./.whl (docs/developer/tests.md) are installed into /tmp/site first.
+# without a package index, wheels in ./.whl (docs/developer/gpu.md) are installed into /tmp/site first.
 # OUT receives checks.log (everything), speed.md (the table) and speed.log (the benchmark's own output).
 set -u
 T0=$(date +%s)

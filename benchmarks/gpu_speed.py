@@ -17,7 +17,7 @@ evaluation. Each figure is one run: on a quiet GPU the spread between runs is a 
     python benchmarks/gpu_speed.py --device cpu --scale 0.05 --budget 60     # a dry run of every row on the CPU
 
 Needs Stable-Baselines3 (`pip install -e .[bench]`); without a package index, install rlfoundry's dependencies from
-wheels (docs/developer/tests.md, on the GPU checks). Every row at once takes about 8 minutes on an H200.
+wheels (docs/developer/gpu.md). Every row at once takes about 8 minutes on an H200.
 """
 
 from __future__ import annotations

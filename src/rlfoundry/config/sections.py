@@ -184,7 +184,7 @@ class EnvConfig(StrictModel):
     )
     action_repeat: PositiveInt = Field(
         1, description="Repeat each action this many env steps, summing the rewards (stops at the episode's end); "
-        "DeepMind Control practice: 8 for cartpole, 2 for walker and cheetah. ALE ids use env.atari.frame_skip.")
+        "PlaNet on DeepMind Control: 8 for cartpole, 2 for walker, 4 for cheetah. ALE ids use env.atari.frame_skip.")
     img_size: int | tuple[int, int] | None = Field(
         None, description="Resize image observations (uint8, channel-first) to a side or [height, width] with OpenCV's "
         "INTER_AREA, for ids outside the families with a frame size of their own (env.atari, env.dm_control, "
