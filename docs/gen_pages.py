@@ -15,9 +15,9 @@ from rlfoundry.cli.reference import (
     presets_markdown,
 )
 
-for name, page in (("config", config_markdown), ("cli", cli_markdown), ("presets", presets_markdown)):
+for name, render in (("config", config_markdown), ("cli", cli_markdown), ("presets", presets_markdown)):
     with mkdocs_gen_files.open(f"reference/{name}.md", "w") as out:
-        out.write(page())
+        out.write(render())
 
 docs = Path(mkdocs_gen_files.config.docs_dir)
 for page in algorithm_pages():

@@ -2,7 +2,8 @@
 (tests/unit/test_docs_examples.py parses every command; tests/e2e/test_docs_run.py runs them page by page).
 
 A block a test cannot run says why on the line before its fence, `<!-- not run: the reason -->` (a GPU, a cluster,
-an account, hours); a block that shows what the command before it printed says `<!-- output -->` there. The site
+an account, hours); a block that shows what the command before it printed says `<!-- output -->` there (`<!-- output, exit 2 -->`
+where the command fails on purpose). The site
 shows neither comment.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"(?:<!--\s*(?:not run:\s*(?P<reason>.*?)|(?P<output>output))\s*-->\s*\n)?"
+BLOCK = re.compile(r"(?:<!--\s*(?:not run:\s*(?P<reason>.*?)|(?P<output>output(?:, exit (?P<exit>\d+))?))\s*-->\s*\n)?"
                    r"```(?P<lang>\w*)\n(?P<text>.*?)```", re.S)
 NAMED = re.compile(r"#\s*([\w.-]+\.ya?ml)\s*$")  # a YAML block that is a file: its first line is `# name.yaml`
 
@@ -27,6 +28,7 @@ class Block:
     text: str
     not_run: str | None  # the reason a test does not run it, or None
     output: bool  # it shows what the command before it printed (`<!-- output -->`)
+    exit: int = 0  # the exit status of that command (`<!-- output, exit 2 -->`)
 
     @property
     def where(self) -> str:
@@ -48,7 +50,7 @@ def page_blocks(page: Path) -> list[Block]:
     """The fenced blocks of one page, in order."""
     text = page.read_text()
     return [Block(page, text.count("\n", 0, m.start("lang")) + 1, m.group("lang"), m.group("text"), m.group("reason"),
-                  m.group("output") is not None)
+                  m.group("output") is not None, int(m.group("exit") or 0))
             for m in BLOCK.finditer(text)]
 
 

@@ -6,7 +6,7 @@ and `RUN` stand for the page's newest run. YAML blocks that name a file (`# my_e
 the folder first. A block that cannot run here says why (`<!-- not run: ... -->`, tests/docpages.py); any other
 line of a shell block that is not an rlfoundry command fails the test, so a page cannot show a command nobody ran.
 A block marked `<!-- output -->` shows what the command before it printed: that command runs at the page's own
-budget, and each line shown must be one it printed, numbers aside.
+budget, and each line shown must be one it printed, numbers aside (`<!-- output, exit 2 -->`: it must fail so).
 """
 
 from __future__ import annotations
@@ -81,9 +81,9 @@ def short(args: list[str], shrink: bool = True) -> list[str]:
     return out
 
 
-def run_shell(block: Block, monkeypatch: pytest.MonkeyPatch, shown: bool) -> str:
+def run_shell(block: Block, monkeypatch: pytest.MonkeyPatch, shown: Block | None) -> str:
     """Runs the block's commands in order; returns what the last one printed (at the page's own budget if the page
-    shows its output)."""
+    shows its output in the block `shown`, and with the exit status that block gives)."""
     printed = ""
     lines = shell_lines(block)
     for number, words in enumerate(lines):
@@ -94,9 +94,10 @@ def run_shell(block: Block, monkeypatch: pytest.MonkeyPatch, shown: bool) -> str
         for assignment in words[:words.index(args[0]) - 1] if args else []:  # VAR=value rlfoundry ...
             key, _, value = assignment.partition("=")
             monkeypatch.setenv(key, value)
-        args = short(args, shrink=not (shown and number == len(lines) - 1))
+        last = shown is not None and number == len(lines) - 1
+        args = short(args, shrink=not last)
         result = CliRunner().invoke(_app(), args)
-        assert result.exit_code == 0, f"{block.where}: `rlfoundry {shlex.join(args)}` exited " \
+        assert result.exit_code == (shown.exit if last else 0), f"{block.where}: `rlfoundry {shlex.join(args)}` exited " \
             f"{result.exit_code}:\n{result.output[-3000:]}\n{result.exception!r}"
         printed = result.output
     return printed
@@ -149,7 +150,8 @@ def test_every_example_of_the_page_runs(page, tmp_path, monkeypatch):
         if block.output:
             check_shown(block, printed)
         elif block.lang == "bash":
-            printed = run_shell(block, monkeypatch, shown=number + 1 < len(blocks) and blocks[number + 1].output)
+            after = blocks[number + 1] if number + 1 < len(blocks) else None
+            printed = run_shell(block, monkeypatch, shown=after if after is not None and after.output else None)
         elif block.lang == "python":
             run_python(block, namespace, monkeypatch)
 
