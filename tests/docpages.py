@@ -78,14 +78,21 @@ def rlfoundry_args(words: list[str]) -> list[str] | None:
     return None
 
 
-def commands() -> list[tuple[str, list[str]]]:
-    """Every rlfoundry command of the shell blocks, run or not: (page:line, arguments after `rlfoundry`)."""
+def commands() -> list[tuple[str, list[str], int]]:
+    """Every rlfoundry command of the shell blocks, run or not: (page:line, arguments after `rlfoundry`, the exit
+    status the page shows for it: 0 unless an output block after it says otherwise)."""
     found = []
-    for block in blocks("bash"):
-        for words in shell_lines(block):
-            args = rlfoundry_args(words)
-            if args is not None:
-                found.append((block.where, args))
+    for page in pages():
+        shown = page_blocks(page)
+        for number, block in enumerate(shown):
+            if block.lang != "bash":
+                continue
+            after = shown[number + 1] if number + 1 < len(shown) and shown[number + 1].output else None
+            lines = shell_lines(block)
+            for line, words in enumerate(lines):
+                args = rlfoundry_args(words)
+                if args is not None:
+                    found.append((block.where, args, after.exit if after and line == len(lines) - 1 else 0))
     return found
 
 

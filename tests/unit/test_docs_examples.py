@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from rlfoundry.cli import app
+from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.load import is_experiment_file, load_config
 from tests.docpages import ROOT, blocks, commands, parse
 
@@ -35,8 +36,9 @@ def test_the_pages_show_commands_blocks_and_code():
     assert len(commands()) > 50 and len(yaml_blocks()) >= 4 and len(python_blocks()) >= 4
 
 
-@pytest.mark.parametrize(("where", "args"), commands(), ids=lambda x: x if isinstance(x, str) else " ".join(x)[:60])
-def test_every_shown_command_parses_and_names_runs_that_load(where, args, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("where", "args", "status"), commands(),
+                         ids=lambda x: x if isinstance(x, str) else " ".join(x)[:60] if isinstance(x, list) else str(x))
+def test_every_shown_command_parses_and_names_runs_that_load(where, args, status, tmp_path, monkeypatch):
     name, command, params = parse(args)  # options and their types checked
     assert name, f"{where}: `rlfoundry {' '.join(args)}` names no command"
     assert not hasattr(command, "commands"), f"{where}: `rlfoundry {' '.join(args)}`: {name} has no such command"
@@ -46,7 +48,11 @@ def test_every_shown_command_parses_and_names_runs_that_load(where, args, tmp_pa
         if is_experiment_file(spec):  # a file the page shows in a YAML block (my_experiment.yaml)
             assert any(block.filename == spec for block in blocks("yaml")), f"{where}: {spec} is not shown"
             return
-        load_config(spec if ":" in spec else f"{spec}:ppo", overrides)
+        if status == 0:
+            load_config(spec if ":" in spec else f"{spec}:ppo", overrides)
+        else:  # the page shows it failing on purpose: a bad config, one message
+            with pytest.raises(ConfigError):
+                load_config(spec, overrides)
     if name in FAST and not params.get("smoke"):
         monkeypatch.chdir(tmp_path)
         result = CliRunner().invoke(app, args)

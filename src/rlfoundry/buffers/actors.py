@@ -1,25 +1,11 @@
-"""Asynchronous off-policy collection: actor processes step the envs while the learner trains.
+"""Asynchronous off-policy collection (SAC's `algo.async_actors`): N spawned actor processes step the envs while the
+learner trains. Actor k owns envs k·m .. (k+1)·m − 1 (m = num_envs / N), built and seeded as those sub-envs of one
+vector env would be, so the replay keeps its layout: one row per vector step, assembled from the N actors' pieces.
 
-    learner (the agent's process)                       actor process k of N (spawned)
-    ───────────────────────────────                     ──────────────────────────────────────────────
-    publish the policy's weights ──shared memory──────> copy them when their version changed
-    allow rows up to (taken) + lead ──shared memory───> step its num_envs / N envs while below the allowance
-    collect(): add whole rows to the replay <──queue─── transitions in chunks, episode statistics, errors
-
-Actor k owns the envs k·m .. (k+1)·m − 1 (m = num_envs / N) of the run's vector env, built by the same
-`rlfoundry.envs.make` from the run's env config and reset with the same seeds that sub-envs get in one vector
-env (env_seed + i), so the learner's replay keeps its layout: one row per vector step of all num_envs envs,
-assembled from the N actors' pieces of that step.
-
-Flow control: each actor may have produced at most the rows the learner has taken so far plus a lead. The
-learner takes rows, then does the gradient steps they are owed, then takes again; so the replay ratio
-(gradient steps per env step) stays the configured one however fast the envs are, and the actors step the
-next rows while the learner trains on the last ones.
-Weights travel through a shared-memory tensor guarded by a sequence counter (odd while being written); an
-actor that reads a changing copy keeps its old weights and tries again at its next step.
-
-Not bit-reproducible: which weights an actor acts with depends on timing. Actors ignore SIGINT and SIGTERM
-(the trainer stops them when the run ends, also on Ctrl-C) and exit by themselves when the learner is gone.
+Learner -> actors, in shared memory: the weights behind a sequence counter (odd while being written), and an
+allowance of rows (taken so far + lead) that holds the replay ratio. Actors -> learner, through a queue: transitions
+in chunks, episode statistics, errors. Not bit-reproducible. The flow in full: docs/algorithms/sac.md,
+"Asynchronous actors".
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
-"""SimPLe's real experience (Kaiser et al. 2019, arXiv:1903.00374): a replay of ONE env that stores single frames
-and rebuilds frame stacks on demand, with the value targets of the world model's value head.
+"""SimPLe's real experience (Kaiser et al. 2019, arXiv:1903.00374): the replay of one env, each frame stored once
+(an episode's S reset frames, then one per step) and stacks rebuilt on demand, with the value head's targets:
 
-Layout. Every frame the env shows is stored once, in order, in `frames` [F, C, H, W] uint8. An episode starts
-with the S frames of its first observation (the reset observation's own stack: zero padding, repeated frames or
-real no-op frames, whatever the env wrapper gives); then each step appends one frame, the newest frame of the next
-observation. Transition i keeps `obs_index[i]`, the position of the newest frame of its observation, so
+    obs_i = frames[obs_index[i] - S + 1 : obs_index[i] + 1] (oldest first),  next_frame_i = frames[obs_index[i] + 1]
+    v_last = 0,  v_i = (class_i - 1) + gamma * v_{i+1},  class = sign(r) + 1  (NaN, never sampled, until the end)
 
-    obs_i        = frames[obs_index[i] - S + 1 : obs_index[i] + 1]   (oldest first, as [S * C, H, W])
-    next_frame_i = frames[obs_index[i] + 1]
-
-and the next observation of a step that did not end the episode is the next transition's observation. A stack
-never reaches back into another episode: its S frames are the reset stack or were appended within the episode.
-Frames stored = steps + S per episode start (the S reset frames; the last step's next frame, the episode's true
-final frame, is kept as the world model's target), against S + 1 frames per step for stacks stored whole.
-
-Values, computed retroactively as in the MBARC port (docs/world-models/simple-mbarc.md §1, MB `VecRecorderWrapper.step`): when an episode
-ends, its last transition gets 0 and, walking back to the episode's first transition,
-v_i = (class_i - 1) + gamma * v_{i+1}. (So v_i leaves out the last step's reward: the port's rule, kept.)
-Reward classes are sign(r) + 1 in {0, 1, 2}; values are computed in float64 from the classes as signed numbers
-and stored as float32, so a -1 reward counts as -1 (the port's uint8 `reward - 1` wrapped it to 255). The steps
-of an episode that has not ended keep NaN, and are never sampled; the episode SimPLe leaves unfinished at the end
-of each collection phase (the env is reset at the start of the next one) stays so (`interrupt`).
-
-No ring: SimPLe keeps its whole run (~102k steps), so the capacity covers it and a full buffer is an error.
-
-Footprint: frames (capacity + S * max_episodes) * C * H * W bytes, plus 15 bytes a step (int64 frame index,
-uint8 action for up to 256 actions, uint8 reward class, bool done, float32 value). 100k steps of 3x105x80 frames,
-S = 4, max_episodes 1000 (the default): (100,000 + 4,000) * 25,200 + 1.5e6 = 2.622e9 bytes (2.44 GiB), against
-~12.9 GB for the port's per-step stacks. Arrays are allocated with `np.zeros` (calloc): pages the run never writes
-(unused episode starts) are never committed.
+No ring: the capacity covers the whole run. Layout, values and footprint: docs/guide/model-based.md, "The
+real-experience replay"; the value rule is the port's (docs/world-models/simple-mbarc.md §1).
 """
 
 from __future__ import annotations

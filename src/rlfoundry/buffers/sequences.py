@@ -1,33 +1,11 @@
-"""Sequence replay for latent world models (DreamerV3, PlaNet): every env step in a preallocated time-major ring,
-sampled as windows of consecutive steps of one env, each with the latent state the agent had before it.
+"""Sequence replay for latent world models (DreamerV3, PlaNet): every env step in a preallocated time-major ring
+`[R, B, ...]`, sampled as windows of consecutive steps of one env, each with the latent state the agent had there.
 
-Layout. Storage is `[R, B, ...]` (R rows per env, B envs). Row t of an env holds what the agent saw at step t and
-did there: obs_t, reward_t (the reward that came with obs_t), is_first_t (obs_t begins an episode), is_terminal_t
-(obs_t ends one by termination), action_t (chosen at obs_t) and latent_t (the recurrent state after observing
-obs_t). With NEXT_STEP autoreset (`rlfoundry.envs`) every `envs.step` result is one row: the step after an
-episode's end returns the next episode's first observation, which becomes an is_first row with reward 0. So the
-rows of an env are a continuous stream of whole episodes, and a window may cross episode starts: the model resets
-its state at each is_first row inside it.
-
-Filling: `start(obs)` writes the first rows (all is_first); each `add(actions, latents, next_obs, rewards,
-terminated, truncated)` completes the current row with the action taken and the agent's latent there, and writes
-the next row from the env's answer. The newest row of each env ("pending") has no action yet.
-
-Sampling: `sample(batch, length)` draws windows of `length + 1` rows uniformly over every start whose rows are all
-still stored and complete but the last (whose action is not needed). The extra first row is the context (DreamerV3
-`replay_context: 1`): its stored latent is the state the model starts the window from, and its action is the one
-that leads into the first trained step. Rows without a latent (written before the agent had one, e.g. random
-prefill) start from zero. After training, `write_latents` stores the posterior states of the sampled rows, so the
-next window starting there starts from a state the current model computed.
-
-Online windows (`online_length` L, DreamerV3 HEAD `replay.online: True`, `embodied/core/replay.py`): every
-window of L + 1 rows that starts at a multiple of L + 1 is queued once it is complete, for every env, so each step
-lands in one such window; `sample(batch, L)` serves queued windows first (oldest first, each once, skipping any
-overwritten since) and fills the rest of the batch uniformly. At the reference's ratios the queue drains at every
-update, so each fresh step is trained on soon after it is collected.
-
-Checkpoints: `state_dict()` holds the rows written so far, the ring position and the queue; a loaded replay has
-exactly the rows it had (tested: no duplication on resume, a known failure of dreamerv3 #103).
+Row t of an env: obs_t, reward_t (that came with obs_t), is_first_t, is_terminal_t, action_t (taken at obs_t) and
+latent_t (after observing obs_t). With NEXT_STEP autoreset an env's rows are an unbroken stream of whole episodes
+(the reset row: is_first, reward 0), so a window may cross episode starts. A window of `length + 1` rows begins
+with a context row, whose stored latent (zero if none) the model starts from. Filling, sampling, online windows
+and checkpoints: docs/algorithms/dreamer.md, "The sequence replay".
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """One episode of a trained policy, step by step, with what its networks said at each step: the table behind the
-episode inspector page (`rlfoundry inspect`), and its CSV and mp4 exports.
+episode inspector page (`rlfoundry inspect`) and its CSV and mp4 exports.
 
-    policy = rlfoundry.load_policy("runs/...")
-    episode = record_episode(policy, seed=0)
-    episode.actions[t], episode.values[t], episode.rewards[t], episode.returns[t]
-    write_csv(episode, "episode.csv"); write_mp4(episode, "episode.mp4")
-
-Step t is the observation o_t, the action a_t = `policy.act(o_t, state, deterministic=True)` (exactly what `play`
-does), the reward r_t the env gave for it, and the outputs of the agent's own networks on o_t as the networks take
-it (`policy.normalize`), computed under `torch.inference_mode` by the agent's own `step_outputs`:
-
-- actor-critics (ppo, a2c, reinforce, simple): π(·|o_t) (probabilities, or the Gaussian's mean and std), V(o_t), and
-  for a memory core the norm of the memory after o_t;
-- dqn: Q(o_t, ·) in place of a distribution, value Q(o_t, a_t);
-- sac: π(·|o_t) (probabilities, or the mean and std of the Gaussian before the tanh squashing), value
-  min(Q1, Q2)(o_t, a_t);
-- dreamer: the critic's value of the posterior state after o_t; planet: the action only;
-- td3, ddpg: the deterministic action itself (the mean), value min_i Q_i(o_t, a_t).
-
-return_to_go[t] = Σ_{i≥t} γ^(i−t) r_i over this episode's rewards alone, with the algorithm's γ (`Agent.gamma`;
-PlaNet has none: 1):
-no bootstrap where a time limit or `max_steps` cut the episode short. advantage[t] = return_to_go[t] − value[t], the
-Monte Carlo advantage (not GAE, not a one-step TD error).
-
-Observations are kept when they are vectors (images are what the frames show). Frames (when the env renders
-rgb_array) are kept PNG-encoded, one for the reset and one after each step (T + 1), so a long episode holds
-megabytes, not gigabytes. A CSV written by `write_csv` reads back with `read_csv` (plain text; nothing in it is
-executed), without frames.
+Step t: observation o_t, action a_t = `policy.act(o_t, state, deterministic=True)` (as `play` acts), reward r_t,
+and the agent's own `step_outputs` on o_t as its networks take it (`policy.normalize`). return_to_go[t] =
+Σ_{i≥t} γ^(i−t) r_i over this episode alone (γ = `Agent.gamma`, 1 for PlaNet; no bootstrap where the episode was
+cut short); advantage[t] = return_to_go[t] − value[t] (Monte Carlo). Each algorithm's outputs, what is kept, an
+example: docs/guide/trained-agents.md, "Inspecting episodes in the browser".
 """
 
 from __future__ import annotations

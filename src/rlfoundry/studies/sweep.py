@@ -1,31 +1,11 @@
-"""`rlfoundry sweep`, embedded: an Optuna study in a file of the sweep directory, each trial's seeds ordinary
-`rlfoundry train` runs in worker processes. (`--backend ray` runs the same sweep file through Ray Tune instead:
-`experiments.sweep_tune`, which shares this module's sampler, distributions and the reading of a trial's runs.)
+"""`rlfoundry sweep`, embedded: an Optuna study in `OUT/study.journal`, each trial's seeds ordinary `rlfoundry train`
+runs (`OUT/trials/<number>/s<seed>`) in worker processes (`studies.processes`). This command is the one coordinator:
+it asks Optuna for trials and tells it their outcome (ask-and-tell); the runs know nothing of Optuna. `--backend
+ray` is `studies.sweep_tune`, which shares this module's sampler, distributions and reading of a trial's runs.
 
-One coordinator, this command, asks Optuna for trials and tells it their outcome (the ask-and-tell interface); the
-worker processes are the training runs (`experiments.processes`, as `trials` runs them), which know nothing of
-Optuna. A trial's runs are `OUT/trials/<number>/s<seed>`, with `logging.group` the sweep's name, so the registry
-lists them (`rlfoundry runs list --group NAME`).
-
-Storage: `JournalStorage` on a `JournalFileBackend` (`OUT/study.journal`). Optuna's RDBStorage says it "would never
-recommend SQLite3 for parallel optimization" (one lock for the whole database, unreliable locking on network file
-systems), and its tutorial offers the journal file for several processes on one machine: every change is one JSON
-line appended under a lock file and fsync'd, and each process replays the log, so optuna-dashboard, a second reader
-or a future backend's workers share the study safely while this command writes it. Append-only also suits `kill -9`:
-at worst one unfinished last line, which replay skips and `_journal` cuts off before the next append.
-
-Seeds and pruning: a trial's seeds start together (each takes a worker; with fewer workers the rest follow as
-workers free up). At every evaluation step that all of them have reached, the objective over the seeds (mean, IQM or
-min of their evaluation returns) is reported to Optuna, so the pruner judges the quantity that scores the trial. Steps
-are reported on the evaluation grid (a row at step s counts as `s // eval.every_steps * eval.every_steps`, the final
-evaluation as `train.total_timesteps`), so trials with different rollout sizes are compared at the same steps. When the
-pruner says so, the trial's runs get SIGTERM (they checkpoint and stop) and the trial is PRUNED.
-
-Continuing: the same command with the same `--out` continues the study. A trial still RUNNING in the journal (this
-command died; its runs got SIGTERM from the parent-death signal and checkpointed) is taken up again: its
-`interrupted` user attribute counts how often, its finished runs are kept and the others resume, so no finished trial
-is lost or counted twice. The budget counts completed and pruned trials; `budget.minutes` counts the sweep's time over
-all its continuations (the study's `elapsed_s` attribute), and no trial starts after it (those under way finish).
+Reports to the pruner are on the evaluation grid: a row at step s counts as `s // eval.every_steps *
+eval.every_steps`, the final evaluation as `train.total_timesteps`. Why a journal file, pruning over the seeds and
+continuing a sweep: docs/guide/experiments.md, "Hyperparameter sweeps".
 """
 
 from __future__ import annotations

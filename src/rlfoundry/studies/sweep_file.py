@@ -1,28 +1,10 @@
-"""The sweep file of `rlfoundry sweep`: what to tune, how, for how long; checked against the config schema before
-anything starts.
+"""The sweep file of `rlfoundry sweep`: what to tune, how and for how long, checked against the config schema before
+anything starts. Its keys, with an example: docs/guide/experiments.md, "Hyperparameter sweeps".
 
-```yaml
-base: CartPole-v1:ppo                 # ENV_ID:VARIANT, or an experiment file (relative to this file)
-overrides: [train.total_timesteps=50000]
-method: tpe                           # grid | random | tpe | cmaes
-seed: 0                               # the sampler's seed: the same sweep proposes the same trials
-metric: eval_return                   # each run's final evaluation return (summary.json eval_return_mean)
-objective: iqm                        # mean | iqm | min over the trial's seeds (1..seeds_per_trial)
-seeds_per_trial: 3
-budget: {trials: 40, minutes: 60}     # trials counts completed and pruned ones; failures: when to give up
-pruner: median                        # none | median | asha | hyperband, or {kind: median, startup_trials: 2, ...}
-parameters:
-  algo.lr: {float: [1.0e-5, 1.0e-2], log: true}
-  algo.update_epochs: {int: [2, 10], step: 2}
-  algo.clip_coef: {choice: [lin_0.2, 0.1, 0.2]}
-  network.hidden_sizes: {choice: [[64, 64], [256, 256]]}
-```
-
-Nothing here knows about Optuna: the embedded driver (`experiments.sweep`) and the Ray Tune backend
-(`experiments.sweep_tune`) read this file, start each trial's runs with the same `run_args` in `run_dir`s, and write
-the same report (`experiments.sweep_report`) from an Optuna study.
-A parameter's value reaches a run as one more `key=value` override (`overrides`), written in YAML flow style, so
-any value the config accepts (a schedule, a list) can be a choice.
+Nothing here knows about Optuna: both backends (`studies.sweep`, `studies.sweep_tune`) read this file, start each
+trial's runs with `run_args` in `run_dir`s, and write the same report (`studies.sweep_report`). A parameter's value
+reaches a run as one more `key=value` override in YAML flow style (`overrides`), so any value the config accepts (a
+schedule, a list) can be a choice.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """`rlfoundry sweep --backend ray`: the same sweep file through Ray Tune, on a Ray cluster or a local instance.
 
-- **Search**: Tune's `OptunaSearch` with the sweep's Optuna sampler (grid, random, TPE, CMA-ES) over the same
-  distributions as the embedded backend; a trial's parameters reach its runs as the same overrides.
-- **Scheduling**: Tune's own schedulers take the pruner's place, on the same env-step grid of evaluations:
-  `asha` is `ASHAScheduler`, `hyperband` is `HyperBandScheduler` in rungs of the first rung's steps (it pauses
-  trials: their runs checkpoint and resume when it picks them up again; its trials are proposed a bracket at a time),
-  `median` is `MedianStoppingRule`, `none` is FIFO.
-- **A trial** (`SweepTrial`) is a Tune trainable holding `seeds_per_trial` CPUs on some node; it starts its seeds'
-  ordinary `rlfoundry train` runs in `OUT/trials/<Tune trial id>/s<seed>` and reports, one Tune result per
-  evaluation step all of them have reached, the objective over the seeds. Results travel to the head through Ray;
-  the run directories are written into `--out`, which every node must see (`experiments.cluster`).
-- **Continuing**: Tune keeps its experiment state in `OUT/tune`; the same command again restores it
-  (`Tuner.restore`), trials that were under way start again and their runs resume from their checkpoints, finished
-  runs are kept. Tune restores the sweep as it began, so a continuation must use the same sweep file, budget
-  included. The minutes budget counts every session (the searcher keeps the time spent in its state).
-- **The report**: at the end the Tune results are written as an Optuna study into `OUT/study.journal` (completed
-  trials with their returns, stopped ones as PRUNED with their reports, failed ones with their error), and the
-  embedded backend's report is written from it: sweep.md, the plots, best.yaml.
+Tune's `OptunaSearch`, with the embedded backend's sampler and distributions, proposes the trials; Tune's schedulers
+take the pruner's place. A trial (`SweepTrial`) is a trainable holding `seeds_per_trial` CPUs that starts its seeds'
+ordinary `rlfoundry train` runs in `OUT/trials/<Tune trial id>/s<seed>`, on a file system every node sees
+(`studies.cluster`). At the end the results are written as an Optuna study into `OUT/study.journal`, and the report
+is the embedded backend's. Schedulers, continuing, budget: docs/guide/experiments.md, "Ray clusters".
 """
 
 from __future__ import annotations
