@@ -4,9 +4,8 @@ plugin runs this file). The pages in the repository stay as written; the site's 
 
 import mkdocs_gen_files
 
-from rlfoundry.cli.env_reference import PAGES, family_markdown, presets_table
+from rlfoundry.cli.env_reference import PAGES, family_markdown
 
-presets_table.cache_clear()  # `mkdocs serve` runs this again in the same process: read the edited presets
 for page in PAGES:
     with mkdocs_gen_files.open(f"environments/{page.page}.md", "a") as out:
         out.write("\n" + family_markdown(page))

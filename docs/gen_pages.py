@@ -13,7 +13,10 @@ from rlfoundry.cli.reference import (
     cli_markdown,
     config_markdown,
     presets_markdown,
+    shipped_variants,
 )
+
+shipped_variants.cache_clear()  # `mkdocs serve` runs this again in the same process: read the edited presets
 
 for name, render in (("config", config_markdown), ("cli", cli_markdown), ("presets", presets_markdown)):
     with mkdocs_gen_files.open(f"reference/{name}.md", "w") as out:

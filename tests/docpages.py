@@ -78,6 +78,12 @@ def rlfoundry_args(words: list[str]) -> list[str] | None:
     return None
 
 
+def output_after(blocks: list[Block], number: int) -> Block | None:
+    """The output block right after `blocks[number]`, showing what its last command printed, or None."""
+    after = blocks[number + 1] if number + 1 < len(blocks) else None
+    return after if after is not None and after.output else None
+
+
 def commands() -> list[tuple[str, list[str], int]]:
     """Every rlfoundry command of the shell blocks, run or not: (page:line, arguments after `rlfoundry`, the exit
     status the page shows for it: 0 unless an output block after it says otherwise)."""
@@ -87,7 +93,7 @@ def commands() -> list[tuple[str, list[str], int]]:
         for number, block in enumerate(shown):
             if block.lang != "bash":
                 continue
-            after = shown[number + 1] if number + 1 < len(shown) and shown[number + 1].output else None
+            after = output_after(shown, number)
             lines = shell_lines(block)
             for line, words in enumerate(lines):
                 args = rlfoundry_args(words)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.docpages import ROOT, Block, page_blocks, pages, parse, rlfoundry_args, shell_lines
+from rlfoundry.cli import app
+from tests.docpages import ROOT, Block, output_after, page_blocks, pages, parse, rlfoundry_args, shell_lines
 
 BUDGET = 512  # env steps of a training run no algorithm shrinks further (trials, bench)
 MAX_SEEDS = 2
@@ -71,9 +72,9 @@ def short(args: list[str], shrink: bool = True) -> list[str]:
             out.append(newest_run() + word[len(name.split("/")[0]):])
         else:
             out.append(word)
-    command, _, params = parse(out)
     if not shrink:
         return out
+    command, _, params = parse(out)
     if command == "train" and params.get("spec"):
         out += shrunk(params["spec"], list(params.get("overrides") or []))
     elif command == "trials":
@@ -91,12 +92,12 @@ def run_shell(block: Block, monkeypatch: pytest.MonkeyPatch, shown: Block | None
         args = rlfoundry_args(words)
         assert args is not None, (f"{block.where}: `{line}` is not an rlfoundry command: a test runs every shell "
                                   "block, so mark the block `<!-- not run: the reason -->` or show it elsewhere")
-        for assignment in words[:words.index(args[0]) - 1] if args else []:  # VAR=value rlfoundry ...
+        for assignment in words[:len(words) - len(args) - 1]:  # VAR=value rlfoundry ...
             key, _, value = assignment.partition("=")
             monkeypatch.setenv(key, value)
         last = shown is not None and number == len(lines) - 1
         args = short(args, shrink=not last)
-        result = CliRunner().invoke(_app(), args)
+        result = CliRunner().invoke(app, args)
         assert result.exit_code == (shown.exit if last else 0), f"{block.where}: `rlfoundry {shlex.join(args)}` exited " \
             f"{result.exit_code}:\n{result.output[-3000:]}\n{result.exception!r}"
         printed = result.output
@@ -130,12 +131,6 @@ def run_python(block: Block, namespace: dict, monkeypatch: pytest.MonkeyPatch) -
     exec(compile(block.text, block.where, "exec"), namespace)  # noqa: S102 - the page's own example
 
 
-def _app():
-    from rlfoundry.cli import app
-
-    return app
-
-
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_example_of_the_page_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -150,8 +145,7 @@ def test_every_example_of_the_page_runs(page, tmp_path, monkeypatch):
         if block.output:
             check_shown(block, printed)
         elif block.lang == "bash":
-            after = blocks[number + 1] if number + 1 < len(blocks) else None
-            printed = run_shell(block, monkeypatch, shown=after if after is not None and after.output else None)
+            printed = run_shell(block, monkeypatch, shown=output_after(blocks, number))
         elif block.lang == "python":
             run_python(block, namespace, monkeypatch)
 

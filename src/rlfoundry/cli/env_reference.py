@@ -7,21 +7,18 @@ from `rlfoundry.cli.reference`, which renders the configuration and presets refe
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 
 import gymnasium as gym
 
-from rlfoundry.cli.reference import Key, _cell, _keys, presets_markdown
+from rlfoundry.cli import reference
+from rlfoundry.cli.reference import Key, _cell, _keys, keys_table, preset_variants
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import FAMILIES, Family, family_of, is_minigrid, register_optional_families
 from rlfoundry.envs.atari import is_atari
 from rlfoundry.envs.bandits import BANDITS
 from rlfoundry.envs.toys import TOYS
-
-PRESET_ROW = re.compile(r"^\| `([^`]+)` \|")  # a row of the presets table: its first cell is the env id
 
 
 def _optional(name: str) -> Family:
@@ -48,9 +45,15 @@ class FamilyPage:
     page: str
     title: str
     keys: tuple[str, ...]
-    owns: Callable[[str], bool]
+    match: Callable[[str], bool] | None = None  # the ids of a family that is not optional
     family: Family | None = None  # its entry of `rlfoundry.envs.FAMILIES`, for the optional families
     kwargs_ids: tuple[str, ...] = ()
+
+    def owns(self, env_id: str) -> bool:
+        """Whether the page covers `env_id`: an optional family's ids by `family_of`, the others' by `match`."""
+        if self.family is not None:
+            return family_of(env_id) is self.family
+        return self.match is not None and self.match(env_id)
 
 
 PAGES: tuple[FamilyPage, ...] = (
@@ -62,13 +65,12 @@ PAGES: tuple[FamilyPage, ...] = (
     FamilyPage("atari", "Atari (ALE)", ("env.atari",), is_atari),
     FamilyPage("minigrid", "MiniGrid", ("env.minigrid", "env.max_episode_steps"), is_minigrid),
     FamilyPage("dm-control", "DeepMind Control", ("env.dm_control", "env.action_repeat"),
-               lambda env_id: family_of(env_id) is _optional("DeepMind Control"), _optional("DeepMind Control")),
+               family=_optional("DeepMind Control")),
     FamilyPage("vizdoom", "ViZDoom", ("env.vizdoom", "env.kwargs", "env.max_episode_steps"),
-               lambda env_id: family_of(env_id) is _optional("ViZDoom"), _optional("ViZDoom")),
+               family=_optional("ViZDoom")),
     FamilyPage("retro", "Retro", ("env.retro", "env.kwargs", "env.max_episode_steps", "env.vectorization"),
-               lambda env_id: family_of(env_id) is _optional("Retro"), _optional("Retro")),
-    FamilyPage("brax", "Brax", ("env.kwargs", "env.max_episode_steps", "env.vectorization"),
-               lambda env_id: family_of(env_id) is _optional("Brax"), _optional("Brax")),
+               family=_optional("Retro")),
+    FamilyPage("brax", "Brax", ("env.kwargs", "env.max_episode_steps", "env.vectorization"), family=_optional("Brax")),
     FamilyPage("toys", "rlfoundry's own envs", ("env.kwargs",), _own, kwargs_ids=(*TOYS, *BANDITS)),
 )
 
@@ -92,31 +94,18 @@ def config_keys(page: FamilyPage) -> list[Key]:
 def keys_markdown(page: FamilyPage) -> str:
     lines = ["## Config keys", "",
              "The `env` keys this family reads, generated from the config models (`rlfoundry.cli.env_reference`); "
-             "the [configuration reference](../reference/config.md) has every key.", "",
-             "| key | type | default | description |", "|---|---|---|---|"]
-    lines += [f"| `{k.path}` | {_cell(k.type)} | {_cell(k.default)} | {_cell(k.description)} |"
-              for k in config_keys(page)]
+             "the [configuration reference](../reference/config.md) has every key.", "", *keys_table(config_keys(page))]
     return "\n".join(lines) + "\n"
 
 
-@cache
-def presets_table() -> tuple[str, ...]:
-    """The lines of the presets table that `rlfoundry.cli.reference` renders, read once for all the pages (it loads
-    every preset file; `presets_table.cache_clear()` reads them again)."""
-    return tuple(line for line in presets_markdown().splitlines() if line.startswith("|"))
-
-
 def preset_ids(page: FamilyPage) -> list[str]:
-    """The env ids of the presets on this family's page, from the presets table."""
-    ids = [match.group(1) for line in presets_table()[2:] if (match := PRESET_ROW.match(line))]
-    return [env_id for env_id in sorted(ids) if page_of(env_id) is page]
+    """The env ids of the presets on this family's page."""
+    return [env_id for env_id in sorted({v.env_id for v in preset_variants()}) if page_of(env_id) is page]
 
 
 def presets_rows(page: FamilyPage) -> list[str]:
     """The header and this family's rows of the presets table."""
-    table = presets_table()
-    ids = set(preset_ids(page))
-    return [*table[:2], *(line for line in table[2:] if (match := PRESET_ROW.match(line)) and match.group(1) in ids)]
+    return reference.presets_rows(set(preset_ids(page)))
 
 
 def presets_section(page: FamilyPage) -> str:

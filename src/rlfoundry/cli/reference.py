@@ -12,6 +12,7 @@ import itertools
 import re
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -252,12 +253,13 @@ class Variant:
 def preset_variants(algorithm: str | None = None) -> list[Variant]:
     """Every variant of the shipped presets, by env id then in the preset's order; with `algorithm`, those that train
     it."""
-    return [v for v in _variants() if algorithm in (None, v.algo)]
+    return [v for v in shipped_variants() if algorithm in (None, v.algo)]
 
 
 @functools.cache
-def _variants() -> tuple[Variant, ...]:
-    """The shipped presets' variants, read once per process (the pages ask for them per algorithm and per row)."""
+def shipped_variants() -> tuple[Variant, ...]:
+    """The shipped presets' variants, read once per process (the pages ask for them per algorithm and per row;
+    `shipped_variants.cache_clear()` reads the preset files again)."""
     from rlfoundry.experiment.load import load_presets, preset_layers
 
     found = []
@@ -273,19 +275,26 @@ def _variants() -> tuple[Variant, ...]:
 
 def presets_markdown() -> str:
     """The presets page: each env id, its solved-at return with its source, and its variants' algorithm and core."""
-    from rlfoundry.experiment.load import load_presets
-
     lines = ["# Presets", "",
              "The tuned settings shipped for each env id, generated from the preset files (`rlfoundry presets` "
-             "lists the same). Train one with `rlfoundry train ENV_ID:VARIANT`.", "",
-             "| env id | solved at | source | variants (algorithm, core) |", "|---|---:|---|---|"]
+             "lists the same). Train one with `rlfoundry train ENV_ID:VARIANT`.", "", *presets_rows()]
+    return "\n".join(lines) + "\n"
+
+
+def presets_rows(env_ids: Collection[str] | None = None) -> list[str]:
+    """The presets table (header, rule, one row per env id), of every shipped preset or of those of `env_ids`."""
+    from rlfoundry.experiment.load import load_presets
+
+    lines = ["| env id | solved at | source | variants (algorithm, core) |", "|---|---:|---|---|"]
     presets = load_presets()
     for env_id, variants in itertools.groupby(preset_variants(), key=lambda v: v.env_id):
+        if env_ids is not None and env_id not in env_ids:
+            continue
         solved = presets[env_id].solved or {}
         named = ", ".join(f"`{v.name}` ({v.algo}{'' if v.core == 'identity' else ', ' + v.core})" for v in variants)
         lines.append(f"| `{env_id}` | {solved.get('return', '-')} | {_cell(str(solved.get('source', '-')))} | "
                      f"{named} |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # ---------------------------------------------------------------- the algorithm pages
