@@ -18,6 +18,10 @@ CAPTURABLE = [
     ("Hopper-v5", "sync", {"normalize_obs": True, "normalize_reward": True, "max_episode_steps": 100}),
     # sticky actions and no-ops (the env's RNG), the emulator (ALE's cloneState), the frame buffers
     ("ALE/Breakout-v5", "auto", {"atari": {"backend": "single"}}),
+    # POPGym: a card game's Deck (order, cards left, hands: a dict of lists) and its mode (an IntEnum); CartPole's
+    # noise drawn from the env's RNG
+    ("popgym-AutoencodeEasy-v0", "sync", {}),
+    ("popgym-NoisyPositionOnlyCartPoleEasy-v0", "sync", {}),
 ]
 
 

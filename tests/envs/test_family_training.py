@@ -19,6 +19,8 @@ CASES = {
                                     "async"),  # one emulator per process: even `auto` uses a worker
     "dm_control/pendulum-swingup-v0": (["env.action_repeat=4"], None),
     "brax/fast-v0": (["eval.num_envs=2"], "vector_entry_point"),
+    # MultiDiscrete actions flattened to one Discrete(64), a one-hot observation with the previous action
+    "popgym-BattleshipEasy-v0": ([], None),
 }
 
 

@@ -71,6 +71,7 @@ PAGES: tuple[FamilyPage, ...] = (
     FamilyPage("retro", "Retro", ("env.retro", "env.kwargs", "env.max_episode_steps", "env.vectorization"),
                family=_optional("Retro")),
     FamilyPage("brax", "Brax", ("env.kwargs", "env.max_episode_steps", "env.vectorization"), family=_optional("Brax")),
+    FamilyPage("popgym", "POPGym", ("env.kwargs", "env.max_episode_steps"), family=_optional("POPGym")),
     FamilyPage("toys", "rlfoundry's own envs", ("env.kwargs",), _own, kwargs_ids=(*TOYS, *BANDITS)),
 )
 

@@ -87,6 +87,7 @@ FAMILIES = (
     Family("ViZDoom", "Vizdoom", "rlfoundry.envs.vizdoom", "vizdoom"),
     Family("Retro", "retro/", "rlfoundry.envs.retro", "retro"),
     Family("Brax", "brax/", "rlfoundry.envs.brax", "brax"),
+    Family("POPGym", "popgym-", "rlfoundry.envs.popgym", "popgym"),
 )
 
 

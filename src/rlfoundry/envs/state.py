@@ -1,16 +1,18 @@
 """The environments' own state, for exact resume: captured as JSON values and numpy arrays, no pickle.
 
 A vector env's state is what its chain of wrappers and envs holds in plain attributes (arrays, numbers, RNGs,
-running statistics, deques), plus simulators captured whole: MuJoCo's `MjData` through `mj_getState`, ALE's emulator
-through `cloneState(include_rng=True)`, a DeepMind Control env's `Physics` and its task's random state. Spaces,
-specs, callables and renderers are configuration, skipped. An object whose state no attribute shows (Brax's JAX
-arrays) offers `capture_state() -> {name: array}` and `restore_state(arrays)`. Where the state cannot be reached
+running statistics, deques, enum members, dicts with string keys of such values), plus simulators captured whole:
+MuJoCo's `MjData` through `mj_getState`, ALE's emulator through `cloneState(include_rng=True)`, a DeepMind Control
+env's `Physics` and its task's random state, and POPGym's card decks walked as objects. Spaces, specs, callables
+and renderers are configuration, skipped. An object whose state no attribute shows (Brax's JAX arrays) offers
+`capture_state() -> {name: array}` and `restore_state(arrays)`. Where the state cannot be reached
 (the C++ worlds of Box2D, vizdoom and stable-retro, ale_py's AtariVectorEnv, OCAtari's object lists, MiniGrid's
 grid objects, worker processes) `capture` returns None and the reason, and the trainer resets those envs on resume.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from typing import Any
 
@@ -37,6 +39,10 @@ def _encode(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
     # float32 arrays to float64 against an np.float64 but not against a Python float.
     if isinstance(value, np.generic):
         return {"scalar": value.item(), "dtype": value.dtype.str}
+    if isinstance(value, enum.Enum):  # before PLAIN: an IntEnum is an int, and restored as one it loses `.value`
+        if not isinstance(value.value, PLAIN):
+            raise Uncapturable(f"{key} is an enum member whose value is {type(value.value).__name__}")
+        return {"enum": value.value}
     if isinstance(value, PLAIN):
         return value
     if isinstance(value, np.ndarray):
@@ -58,6 +64,11 @@ def _encode(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
         return {"deque": items, "maxlen": value.maxlen}
     if isinstance(value, (tuple, list)) and all(isinstance(v, PLAIN + (np.generic,)) for v in value):
         return {"tuple" if isinstance(value, tuple) else "list": [_encode(v, arrays, key) for v in value]}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):  # POPGym's hands, its bandit's info
+        entries = {k: _encode(v, arrays, f"{key}.{k}") for k, v in value.items()}
+        if any(v is NotImplemented for v in entries.values()):
+            return NotImplemented  # holds configuration (spaces, callables): configuration as a whole
+        return {"dict": entries}
     return _encode_foreign(value, arrays, key)
 
 
@@ -76,6 +87,8 @@ def _encode_foreign(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
         raise Uncapturable("Box2D keeps its world in C++ objects")
     if module.startswith(("vizdoom", "stable_retro")):
         raise Uncapturable(f"{module.partition('.')[0]} keeps its game in C++ objects")
+    if module == "popgym.core.deck" and type(value).__name__ == "Deck":  # the order, the cards left, the hands
+        return {"object": _capture_object(value, arrays, key)}
     if module.startswith(("minigrid.core.grid", "minigrid.core.world_object")):
         raise Uncapturable("MiniGrid keeps its grid and what the agent carries in Python objects")
     reason = getattr(type(value), "uncapturable", None)  # a class of ours that says why (OCAtari's object view)
@@ -166,6 +179,13 @@ def _decode(current: Any, encoded: Any, arrays: dict[str, np.ndarray]) -> Any:
         return tuple(_decode(None, v, arrays) for v in encoded["tuple"])
     if "list" in encoded:
         return [_decode(None, v, arrays) for v in encoded["list"]]
+    if "enum" in encoded:
+        if not isinstance(current, enum.Enum):
+            raise ValueError(f"an enum member ({encoded['enum']!r}) saved for an attribute that now holds {current!r}")
+        return type(current)(encoded["enum"])
+    if "dict" in encoded:
+        previous = current if isinstance(current, dict) else {}
+        return {k: _decode(previous.get(k), v, arrays) for k, v in encoded["dict"].items()}
     if "object" in encoded:
         _restore_object(current, encoded["object"], arrays)
         return current
