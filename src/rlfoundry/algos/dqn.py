@@ -11,6 +11,10 @@ prioritized replay (Schaul et al. 2016), hard or Polyak target updates.
             (prioritized: new priorities |Q(s, a) − target|)
         every target_update_interval env steps: θ_target ← τ·θ + (1 − τ)·θ_target   (τ = 1: a copy)
 
+With a memory core (R2D2, Kapturowski et al. 2019) a batch is whole sequences from the stored core state: a
+burn-in without gradients, then the trained steps, each with its n-step target from the target network unrolled
+over the same window; the loss is averaged over real steps (not reset rows).
+
 Deliberate choices: defaults are Stable-Baselines3's DQN (Huber loss, grad norm 10, τ 1), so
 rl-baselines3-zoo hyperparameters carry over; truncation bootstraps and termination does not (the
 replay's n-step discounts carry that); reset rows of NEXT_STEP autoreset never enter a batch.
@@ -25,15 +29,16 @@ import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Runtime
+from rlfoundry.algos.base import Memory, Runtime
 from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig
 from rlfoundry.algos.optim import FlatOptimizer
+from rlfoundry.buffers.recurrent import RecurrentReplay
 from rlfoundry.buffers.replay import PrioritizedReplayBuffer
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets.flat import flatten_parameters
-from rlfoundry.nets.policy import Greedy, QNetwork
+from rlfoundry.nets.policy import Greedy, QNetwork, state_norm
 
 
 class DQNConfig(OffPolicyConfig):
@@ -68,15 +73,23 @@ class DQNConfig(OffPolicyConfig):
                 "network": {"activation": "relu"}, "train": {"total_timesteps": 100_000}}
 
 
-def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Importance-weighted Huber loss over a batch [N]; `stats` are detached scalars."""
-    loss = (weights * torch.nn.functional.smooth_l1_loss(q_taken, targets, reduction="none")).mean()
-    return loss, {"loss/q": loss.detach(), "diag/q_mean": q_taken.detach().mean()}
+def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor,
+             mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Importance-weighted Huber loss over a batch [N] (or sequences [T, N], weights [N], averaged over the steps
+    `mask` keeps); `stats` are detached scalars."""
+    losses = weights * torch.nn.functional.smooth_l1_loss(q_taken, targets, reduction="none")
+    if mask is None:
+        loss, q_mean = losses.mean(), q_taken.detach().mean()
+    else:
+        count = mask.sum().clamp(min=1)
+        loss, q_mean = (losses * mask).sum() / count, (q_taken.detach() * mask).sum() / count
+    return loss, {"loss/q": loss.detach(), "diag/q_mean": q_mean}
 
 
 class DQN(OffPolicyAgent):
     name = "dqn"
     config = DQNConfig
+    memory_cores = True
     graphs = True
     graphs_by_default = True  # DQN Breakout on an H200: 1.25x the eager steps/s (docs/guide/performance.md, "CUDA graphs")
     monitors = {"diag/q_mean": Q_DIVERGENCE, "loss/q": VALUE_BLOWUP}
@@ -90,16 +103,20 @@ class DQN(OffPolicyAgent):
         self.target = copy.deepcopy(self.q)
         self.optimizer = FlatOptimizer(self.q, algo.lr(0.0), algo.adam_eps, algo.max_grad_norm)
         self.target_flat = flatten_parameters(self.target).requires_grad_(False)
-        self.replay = self.make_replay((), np.int64, algo.prioritized,
+        self.replay = self.make_replay((), np.int64, algo.prioritized, initial_state=self.q.initial_state,
                                        **({"alpha": algo.per_alpha} if algo.prioritized else {}))
         self.next_target_update = algo.target_update_interval
         self.epsilon = algo.exploration_initial_eps
         runtime.compile_modules(self.q, self.target)
-        self.graphed_step = runtime.graphed(self.gradient_step)
+        # a memory core's sequence step reads episode starts on the host (the core cuts its sequence there)
+        self.graphed_step = runtime.graphed(self.gradient_step) if not self.recurrent else self.gradient_step
 
-    def act_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def act_step(self, obs: torch.Tensor, state: Any = None) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
-            return {"actions": self.q(obs).argmax(-1)}
+            if not self.recurrent:
+                return {"actions": self.q(obs).argmax(-1)}
+            q, state = self.q.unroll(obs, state, None)
+            return {"actions": q.argmax(-1), "state": state}
 
     def schedule(self, progress: float) -> None:
         algo = self.algo
@@ -123,6 +140,8 @@ class DQN(OffPolicyAgent):
 
     def update(self, progress: float) -> dict[str, torch.Tensor]:
         algo = self.algo
+        if self.recurrent:
+            return self.sequence_update(progress)
         if algo.prioritized:
             assert isinstance(self.replay, PrioritizedReplayBuffer)  # make_replay(prioritized=True)
             beta = algo.per_beta + progress * (1.0 - algo.per_beta)  # annealed to 1
@@ -155,11 +174,55 @@ class DQN(OffPolicyAgent):
             stats["td_error"] = (q_taken.detach() - targets).abs()
         return stats
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
+    def sequence_update(self, progress: float) -> dict[str, torch.Tensor]:
+        """One gradient step on a batch of replayed sequences (a memory core); with prioritized replay, new
+        priorities for them."""
+        algo = self.algo
+        assert isinstance(self.replay, RecurrentReplay)  # make_replay with a memory core
+        batch = self.replay.sample(self.sequences, self.rng, beta=algo.per_beta + progress * (1.0 - algo.per_beta))
+        stats = self.sequence_step(*self.to_device(batch.obs, batch.actions, batch.starts, batch.states, batch.returns,
+                                                   batch.discounts, batch.bootstrap, batch.mask, batch.weights))
+        errors = stats.pop("td_error")
+        if algo.prioritized:
+            self.replay.update_priorities(batch.indices, errors.cpu().numpy(), batch.mask)
+        return stats
+
+    def sequence_step(self, obs: torch.Tensor, actions: torch.Tensor, starts: torch.Tensor, states: torch.Tensor,
+                      returns: torch.Tensor, discounts: torch.Tensor, bootstrap: torch.Tensor, mask: torch.Tensor,
+                      weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        """R2D2's step on sequences [W, N] (see `buffers.recurrent.SequenceSample`): both networks start from the
+        stored state; the online one refreshes it over the burn-in without gradients, then unrolls the rest; the
+        targets take the target network's values at each return's bootstrap row (the online argmax, double)."""
+        window, n = starts.shape
+        burn, length = self.algo.burn_in, len(returns)
+        obs = obs.flatten(0, 1)
+        assert self.layout is not None
+        state = self.layout.unflatten(states)
+        with torch.no_grad(), self.autocast():
+            target_q = self.target.unroll(obs, state, starts, window)[0].view(window, n, -1)
+            if burn:
+                state = self.q.unroll(obs[:burn * n], state, starts[:burn], burn)[1]
+        with self.autocast():
+            q = self.q.unroll(obs[burn * n:], state, starts[burn:], window - burn)[0].view(window - burn, n, -1)
+        with torch.no_grad():
+            envs = torch.arange(n, device=obs.device)
+            next_q = target_q[bootstrap, envs]  # [T, N, A]
+            if self.algo.double:
+                next_q = next_q.gather(-1, q[bootstrap - burn, envs].argmax(-1, keepdim=True)).squeeze(-1)
+            else:
+                next_q = next_q.max(-1).values
+            targets = returns + discounts * next_q
+        q_taken = q[:length].gather(-1, actions[burn:burn + length].long().unsqueeze(-1)).squeeze(-1)
+        loss, stats = dqn_loss(q_taken, targets, weights, mask)
+        self.optimizer.update(loss, stats)
+        stats["td_error"] = (q_taken.detach() - targets).abs()
+        return stats
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         """Greedy actions (ε-greedy with the final ε when not deterministic, drawn from NumPy's global generator,
         which an evaluation gives a state of its own: the agent's generator, that training draws from, is not
-        touched)."""
-        actions = self.eager_act(obs)
+        touched); a memory core's state is carried in `memory`."""
+        actions = self.eager_act(obs, memory)
         if deterministic:
             return actions
         explore = np.random.random(len(actions)) < self.algo.exploration_final_eps
@@ -167,8 +230,12 @@ class DQN(OffPolicyAgent):
 
     def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
-            q = self.q(obs)[0].float().cpu().numpy()
-        return {"q": q, "value": float(q[int(action)])}
+            if not self.recurrent:
+                q = self.q(obs)[0].float().cpu().numpy()
+                return {"q": q, "value": float(q[int(action)])}
+            state = before if before is not None else self.initial_state(1)
+            q = self.q.unroll(obs, state, None)[0][0].float().cpu().numpy()
+        return {"q": q, "value": float(q[int(action)]), "memory_norm": state_norm(after)}
 
     def acting_network(self) -> torch.nn.Module:
         return Greedy(self.q)

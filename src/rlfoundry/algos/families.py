@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,6 +22,7 @@ from pydantic import Field, PositiveInt
 from rlfoundry.algos.base import Agent, AlgorithmConfig, Iteration, Memory, Runtime, averaged, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers import sized_by
+from rlfoundry.buffers.recurrent import RecurrentReplay, StateLayout, reset_state
 from rlfoundry.buffers.replay import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -184,6 +186,14 @@ class OffPolicyConfig(AlgorithmConfig):
     gradient_steps: PositiveInt = Field(1, description="Gradient steps per iteration.")
     gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
     n_step: PositiveInt = Field(1, description="n-step returns.")
+    sequence_length: PositiveInt = Field(16, description="Memory cores: trained steps per replayed sequence (a batch "
+                                         "holds batch_size // sequence_length sequences).")
+    burn_in: int = Field(8, ge=0, description="Memory cores: steps before each sequence that only refresh the stored "
+                         "state (R2D2's burn-in).")
+    sequence_stride: PositiveInt | None = Field(None, description="Memory cores: env steps between sequence starts "
+                                                "(null: half of sequence_length, overlapping sequences).")
+    priority_eta: float = Field(0.9, ge=0, le=1, description="Memory cores with prioritized replay: a sequence's "
+                                "priority mixes η·max + (1 − η)·mean of its |TD errors| (R2D2).")
 
     def check_with(self, num_envs: int) -> None:
         if self.buffer_size < num_envs * max(self.n_step, 2):
@@ -193,7 +203,11 @@ class OffPolicyConfig(AlgorithmConfig):
 
 class OffPolicyAgent(Agent):
     """A `replay` of transitions and the env steps taken (`env_steps`); its config is an `OffPolicyConfig`. `rng`
-    (seeded from train.seed + 1) draws exploration and replay samples."""
+    (seeded from train.seed + 1) draws exploration and replay samples.
+
+    With a memory core (`recurrent`) the replay is a `RecurrentReplay` of sequences, the acting network carries
+    its state across steps (`acting_state`, reset where episodes start and stored at each sequence start), and a
+    batch is `sequences` sequences of `algo.sequence_length` trained steps."""
 
     smoke = ("algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16")
     row_steps = ROW_STEPS  # an iteration is train_freq env steps: a row per step would cost more than the step
@@ -206,16 +220,30 @@ class OffPolicyAgent(Agent):
         self.env_steps = 0
         self.to_device = runtime.to_device()  # replay samples to the device
         self.obs_to_device = runtime.to_device()  # acting observations to the device (buffers of their own)
-        self.acting = runtime.graphed(self.act_step)
+        self.recurrent = cfg.network.core != "identity"
+        self.acting = runtime.graphed(self.act_step, copies=self.recurrent)  # the acting state outlives the call
+        self.sequences = max(1, self.algo.batch_size // self.algo.sequence_length)
+        self.layout: StateLayout | None = None  # the acting network's state as a flat row (memory cores)
+        self.acting_state: Any = None
 
     def make_replay(self, action_shape: tuple[int, ...], action_dtype, prioritized: bool = False,
-                    **extra) -> ReplayBuffer:
+                    initial_state: Callable[[int], Any] | None = None, **extra) -> ReplayBuffer:
+        """The replay: of sequences when the run has a memory core (`initial_state`: the acting network's, for
+        a batch size); of transitions otherwise."""
         algo = self.algo
-        kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+        shapes = (algo.buffer_size, self.spec.num_envs, self.spec.obs_shape, self.spec.obs_dtype, action_shape,
+                  action_dtype)
         with sized_by("algo.buffer_size", algo.buffer_size):
-            return kind(algo.buffer_size, self.spec.num_envs, self.spec.obs_shape, self.spec.obs_dtype, action_shape,
-                        action_dtype, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack(self.cfg.env),
-                        **extra)
+            if self.recurrent:
+                assert initial_state is not None, "a memory core's replay needs the acting network's state"
+                self.layout = StateLayout(initial_state(1))
+                self.acting_state = initial_state(self.spec.num_envs)
+                return RecurrentReplay(*shapes, state_size=self.layout.size, length=algo.sequence_length,
+                                       burn_in=algo.burn_in, stride=algo.sequence_stride, n_step=algo.n_step,
+                                       gamma=algo.gamma, frame_stack=frame_stack(self.cfg.env), prioritized=prioritized,
+                                       eta=algo.priority_eta, **extra)
+            kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+            return kind(*shapes, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack(self.cfg.env), **extra)
 
     # ------------------------------------------------------------ what an algorithm writes
 
@@ -224,21 +252,46 @@ class OffPolicyAgent(Agent):
         """The actions that collect experience from `obs` [B, ...], as the env takes them."""
 
     @abstractmethod
-    def act_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def act_step(self, obs: torch.Tensor, state: Any = None) -> dict[str, Any]:
         """The acting network on observations on the device: {"actions": the policy's actions (before any noise
-        the host adds)}, under inference mode. A CUDA graph when the run uses them (`Runtime.graphed`): no host
-        sync inside."""
+        the host adds)}, and with a memory core from `state`, the new one under "state"; under inference mode. A
+        CUDA graph when the run uses them (`Runtime.graphed`): no host sync inside."""
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """`act_step` on a batch of observations: copied to the device once (through pinned memory, on CUDA), the
-        actions read back once."""
+        actions read back once. A memory core's state is reset where the replay's pending row begins an episode,
+        handed to the replay where a sequence starts, and carried to the next step."""
         (tensor,) = self.obs_to_device(np.asarray(obs, dtype=self.spec.obs_dtype))
-        return self.acting(tensor)["actions"].cpu().numpy()
+        if not self.recurrent:
+            return self.acting(tensor)["actions"].cpu().numpy()
+        assert isinstance(self.replay, RecurrentReplay) and self.layout is not None
+        starts = torch.as_tensor(self.replay.pending_starts(), device=self.device)
+        state = reset_state(self.acting_state, starts)
+        if self.replay.wants_state():
+            self.replay.note_state(self.layout.flatten(state).cpu().numpy())
+        out = self.acting(tensor, state)
+        self.acting_state = out["state"]
+        return out["actions"].cpu().numpy()
 
-    def eager_act(self, obs: np.ndarray) -> np.ndarray:
-        """`act_step` run eagerly on a batch of any size (evaluation, play): no graph, no pinned buffers."""
+    def eager_act(self, obs: np.ndarray, memory: Memory | None = None) -> np.ndarray:
+        """`act_step` run eagerly on a batch of any size (evaluation, play): no graph, no pinned buffers. A memory
+        core's state is carried in `memory`."""
         tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
-        return self.act_step(tensor)["actions"].cpu().numpy()
+        if not self.recurrent:
+            return self.act_step(tensor)["actions"].cpu().numpy()
+        if memory is None:
+            raise ValueError("a recurrent policy needs a Memory to carry its state between predict calls")
+        state = memory.state if memory.state is not None else self.initial_state(len(tensor))
+        if memory.starts is not None:
+            state = reset_state(state, torch.as_tensor(memory.starts, device=self.device))
+        out = self.act_step(tensor, state)
+        memory.state = out["state"]
+        return out["actions"].cpu().numpy()
+
+    def initial_state(self, batch_size: int) -> Any:
+        """A memory core's state at an episode's start, for `batch_size` envs (on the device)."""
+        assert self.layout is not None
+        return self.layout.unflatten(torch.zeros(batch_size, self.layout.size, device=self.device))
 
     @abstractmethod
     def update(self, progress: float) -> dict[str, torch.Tensor]:
@@ -272,7 +325,8 @@ class OffPolicyAgent(Agent):
         return finish_iteration(collected, algo.train_freq * self.spec.num_envs, metrics, start)
 
     def learning(self) -> bool:
-        return self.env_steps >= self.algo.learning_starts and len(self.replay) >= self.algo.batch_size
+        batch = self.sequences if self.recurrent else self.algo.batch_size
+        return self.env_steps >= self.algo.learning_starts and len(self.replay) >= batch
 
     def random_actions(self) -> np.ndarray:
         """Uniformly random actions for every env (the exploration before learning starts, as SB3)."""
@@ -282,13 +336,21 @@ class OffPolicyAgent(Agent):
         return self.rng.uniform(space.low, space.high, size=(num_envs, *space.shape)).astype(np.float32)
 
     def replay_state(self, **counters) -> dict[str, Any]:
-        """The replay, the next observation and the counters (env steps, the generator, and `counters`)."""
-        return {"replay": replay_state(self.replay, self.obs),  # numpy arrays: they go to the checkpoint's .npz
+        """The replay, the next observation, a memory core's acting state and the counters (env steps, the
+        generator, and `counters`)."""
+        arrays = replay_state(self.replay, self.obs)  # numpy arrays: they go to the checkpoint's .npz
+        if self.layout is not None:
+            arrays["acting_state"] = self.layout.flatten(self.acting_state).cpu().numpy()
+        return {"replay": arrays,
                 "counters": {"env_steps": self.env_steps, **counters, "rng": self.rng.bit_generator.state}}
 
     def load_replay_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """Restore what `replay_state` saved; returns the counters."""
-        self.obs = load_replay_state(self.replay, state["replay"])
+        arrays = dict(state["replay"])
+        acting = arrays.pop("acting_state", None)
+        self.obs = load_replay_state(self.replay, arrays)
+        if self.layout is not None and acting is not None:
+            self.acting_state = self.layout.unflatten(torch.as_tensor(acting, device=self.device))
         counters = state["counters"]
         self.env_steps = counters["env_steps"]
         self.rng.bit_generator.state = counters["rng"]
@@ -296,6 +358,8 @@ class OffPolicyAgent(Agent):
 
     def forget_env_position(self) -> None:
         self.obs = None
+        if self.layout is not None:  # the envs restart: so does the memory (the replay marks the episode start)
+            self.acting_state = self.initial_state(self.spec.num_envs)
 
 
 # ---------------------------------------------------------------- latent world models

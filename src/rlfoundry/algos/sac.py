@@ -206,7 +206,7 @@ class SAC(OffPolicyAgent):
             return self.act(obs)
         return self.random_actions()
 
-    def act_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def act_step(self, obs: torch.Tensor, state: Any = None) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
             return {"actions": actor_actions(self.actor, obs, deterministic=False)}
 

@@ -180,7 +180,7 @@ class TD3(OffPolicyAgent):
             stats["loss/actor"] = actor_loss.detach().double()
         return stats
 
-    def act_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+    def act_step(self, obs: torch.Tensor, state: Any = None) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
             return {"actions": self.actor(obs)}
 

@@ -123,18 +123,36 @@ def build_actor_critic(spec: EnvInfo, net_cfg) -> ActorCritic:
 
 
 class QNetwork(nn.Module):
-    """encoder → Q-values [N, A] (feed-forward: DQN takes no memory core); with `dueling`, Q = V + (A − mean A)
-    from two linear streams (Wang et al. 2016, arXiv:1511.06581)."""
+    """encoder → core → Q-values [N, A]; with `dueling`, Q = V + (A − mean A) from two linear streams (Wang et al.
+    2016, arXiv:1511.06581). Feed-forward networks (identity core) are called on observations; a memory core's
+    networks `unroll` sequences from a stored state (R2D2)."""
 
     def __init__(self, spec: EnvInfo, net_cfg, dueling: bool):
         super().__init__()
         self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        width, num_actions = self.encoder.out_features, int(_discrete(spec.action_space).n)
+        self.core = CORES[net_cfg.core](self.encoder.out_features, net_cfg)
+        self.recurrent = net_cfg.core != "identity"
+        width, num_actions = self.core.out_features, int(_discrete(spec.action_space).n)
         self.advantage = nn.Linear(width, num_actions)
         self.value = nn.Linear(width, 1) if dueling else None
 
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, ...] | None:
+        return self.core.initial_state(batch_size)
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features = self.encoder(obs).squeeze(0)  # the encoder's one group [1, N, H]
+        """Q-values of a feed-forward network [N, A]."""
+        return self._head(self.encoder(obs).squeeze(0))
+
+    def unroll(self, obs: torch.Tensor, state, starts: torch.Tensor | None, steps: int = 1):
+        """Q-values [T·N, A] of observations [T·N, ...] in time-major order, the core starting from `state` and
+        reset where `starts` [T, N] is true; and the state after the last step."""
+        features = self.encoder(obs).squeeze(0)
+        features, state = self.core(features.view(steps, -1, features.shape[-1]), state, starts)
+        if torch.is_autocast_enabled(obs.device.type) and state is not None:  # the memory stays float32
+            state = tuple(t.float() for t in state)
+        return self._head(features.flatten(0, 1)), state
+
+    def _head(self, features: torch.Tensor) -> torch.Tensor:
         q = self.advantage(features).float()
         if self.value is not None:
             q = self.value(features).float() + q - q.mean(-1, keepdim=True)
@@ -267,14 +285,22 @@ class GreedyActorCritic(nn.Module):
 
 
 class Greedy(nn.Module):
-    """argmax over a network's per-action outputs (Q-values, log-probabilities)."""
+    """argmax over a network's per-action outputs (Q-values, log-probabilities); a recurrent Q-network's memory goes
+    in and comes out as flat tensors, as GreedyActorCritic's."""
 
     def __init__(self, net: nn.Module):
         super().__init__()
         self.net = net
+        self.recurrent = bool(getattr(net, "recurrent", False))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs).argmax(-1)
+    def initial_state(self, batch_size: int) -> list[torch.Tensor]:
+        return list(cast(QNetwork, self.net).initial_state(batch_size) or ()) if self.recurrent else []
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor):
+        if not self.recurrent:
+            return self.net(obs).argmax(-1)
+        q, new = cast(QNetwork, self.net).unroll(obs, tuple(state), None)
+        return (q.argmax(-1), *new)
 
 
 class SquashedMean(nn.Module):
