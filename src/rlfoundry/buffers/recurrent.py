@@ -177,30 +177,20 @@ class RecurrentReplay(ReplayBuffer):
         return self._windows(windows * self.stride, envs, weights)
 
     def _windows(self, starts: np.ndarray, envs: np.ndarray, weights: np.ndarray) -> SequenceSample:
-        R, W, T, n = self.num_rows, self.window, self.length, self.n_step
+        R, W, T = self.num_rows, self.window, self.length
         rows = starts[None] + np.arange(W)[:, None]  # [W, N] absolute rows
         slots = rows % R
         obs = self._stacks(rows.reshape(-1), np.tile(envs, W)).reshape(W, len(envs), *self.obs_shape)
         episode_starts = np.zeros((W, len(envs)), bool)
         episode_starts[1:] = self.reset_rows[slots[:-1], envs]
         trained = rows[self.burn_in:self.burn_in + T]  # [T, N]
-        returns = np.zeros(trained.shape)
-        last = np.zeros(trained.shape, np.int64)
-        alive = np.ones(trained.shape, bool)
-        terminal = np.zeros(trained.shape, bool)
-        for k in range(n):
-            sk = (trained + k) % R
-            returns += np.where(alive, self.gamma**k * self.rewards[sk, envs], 0.0)
-            last[alive] = k
-            terminal |= alive & self.terminated[sk, envs]
-            alive &= ~(self.terminated[sk, envs] | self.truncated[sk, envs])
+        returns, last, discounts = self._n_step(trained, envs)
         trained_slots = trained % R
         mask = ~self.reset_rows[trained_slots, envs] & (self.depth[trained_slots, envs] > 0)
         state_slots = (starts // self.stride) % self.state_rows
         return SequenceSample(
             obs=obs, actions=self.actions[slots, envs], starts=episode_starts, states=self.states[state_slots, envs],
-            returns=returns.astype(np.float32),
-            discounts=np.where(terminal, 0.0, self.gamma ** (last + 1.0)).astype(np.float32),
+            returns=returns, discounts=discounts,
             bootstrap=np.arange(self.burn_in, self.burn_in + T)[:, None] + last + 1,
             mask=mask.astype(np.float32), weights=weights, indices=state_slots * self.num_envs + envs)
 

@@ -208,27 +208,31 @@ class ReplayBuffer:
         """Absolute row numbers of ring slots (the rows within the last R written)."""
         return self.step - (self.step - slots) % self.num_rows
 
-    def _gather(self, rows: np.ndarray, envs: np.ndarray, weights: np.ndarray) -> ReplaySample:
-        """Transitions starting at absolute `rows` of `envs`, with vectorised n-step returns."""
-        R = self.num_rows
-        slots = rows % R
-        returns = np.zeros(rows.size)
-        last = np.zeros(rows.size, np.int64)  # the window's last step k
-        alive = np.ones(rows.size, bool)
-        terminal = np.zeros(rows.size, bool)
+    def _n_step(self, rows: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For transitions at absolute `rows` of `envs` (broadcast together): their n-step returns, the last step k of
+        each window (the return stops at an episode's end) and their discounts γ^(k+1), 0 after a termination."""
+        returns = np.zeros(np.broadcast_shapes(rows.shape, envs.shape))
+        last = np.zeros(returns.shape, np.int64)
+        alive = np.ones(returns.shape, bool)
+        terminal = np.zeros(returns.shape, bool)
         for k in range(self.n_step):
-            sk = (rows + k) % R
+            sk = (rows + k) % self.num_rows
             returns += np.where(alive, self.gamma**k * self.rewards[sk, envs], 0.0)
             last[alive] = k
             terminal |= alive & self.terminated[sk, envs]
             alive &= ~(self.terminated[sk, envs] | self.truncated[sk, envs])
-        discounts = np.where(terminal, 0.0, self.gamma ** (last + 1.0))
+        return returns.astype(np.float32), last, np.where(terminal, 0.0, self.gamma ** (last + 1.0)).astype(np.float32)
+
+    def _gather(self, rows: np.ndarray, envs: np.ndarray, weights: np.ndarray) -> ReplaySample:
+        """Transitions starting at absolute `rows` of `envs`, with vectorised n-step returns."""
+        slots = rows % self.num_rows
+        returns, last, discounts = self._n_step(rows, envs)
         return ReplaySample(
             obs=self._stacks(rows, envs),
             actions=self.actions[slots, envs],
-            rewards=returns.astype(np.float32),
+            rewards=returns,
             next_obs=self._stacks(rows + last + 1, envs),
-            discounts=discounts.astype(np.float32),
+            discounts=discounts,
             weights=weights,
             indices=slots * self.num_envs + envs,
         )
