@@ -83,6 +83,30 @@ def test_one_layer_acting_step_equals_whole_sequence(name, grad):
     assert_same_state(state, whole_state, 1e-5)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("name", MEMORY)
+def test_without_a_final_state_the_outputs_and_gradients_are_the_same(name, grad):
+    """final_state=False lets a core skip its new state (the LSTM and GRU then run every episode segment side by
+    side in one call); outputs and gradients stay those of the ordinary call."""
+    core, x, starts = make_core(name), inputs(), episode_starts()
+    state = tuple(torch.randn_like(s) if s.is_floating_point() else s for s in core.initial_state(B))
+    results = []
+    for final_state in (True, False):
+        x_in = x.clone().requires_grad_(grad)
+        with torch.set_grad_enabled(grad):
+            y, _ = core(x_in, state, starts, final_state=final_state)
+            if grad:
+                y.square().sum().backward()
+        results.append((y.detach(), x_in.grad, [p.grad.clone() for p in core.parameters() if p.grad is not None]))
+        core.zero_grad(set_to_none=True)
+    (y, gx, gp), (y_packed, gx_packed, gp_packed) = results
+    torch.testing.assert_close(y_packed, y, atol=1e-5, rtol=0)
+    if grad:
+        torch.testing.assert_close(gx_packed, gx, atol=1e-4, rtol=0)
+        for a, b in zip(gp_packed, gp, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("name", MEMORY)
 def test_reset_equals_fresh_start(name):
     core, x = make_core(name), inputs()

@@ -111,36 +111,71 @@ def test_prioritized_windows_follow_their_td_errors():
     assert weights.max() == 1.0 and weights.min() < 1.0
 
 
-def test_recurrent_dqn_stores_the_state_its_acting_network_had(tmp_path):
-    """No updates (learning never starts), so the network is fixed: unrolling it from a fresh state over an env's
-    stored stream reproduces, at every sequence start, the state the replay stored."""
-    cfg = load_config("CartPole-v1:dqn", ["network.core=lstm", "network.core_hidden=16", "network.hidden_sizes=[16]",
-                                          "env.num_envs=2", "env.vectorization=sync", "algo.sequence_length=6",
-                                          "algo.burn_in=3", "algo.learning_starts=100000"])
-    envs, spec = envs_lib.make(cfg.env, gamma=0.99)
-    agent = algorithm("dqn")(cfg, spec, Runtime.of(cfg.train, "cpu"))
+SMALL = ["network.core_hidden=16", "network.hidden_sizes=[16]", "env.num_envs=2", "env.vectorization=sync",
+         "algo.sequence_length=6", "algo.burn_in=3", "algo.learning_starts=100000", "algo.buffer_size=1000"]
+
+
+@pytest.mark.parametrize("spec, core", [("CartPole-v1:dqn", "lstm"), ("Pendulum-v1:sac", "gru"),
+                                        ("CartPole-v1:sac", "lstm"), ("Pendulum-v1:td3", "lstm")])
+def test_the_replay_stores_the_state_the_acting_networks_had(spec, core):
+    """No updates (learning never starts), so the networks are fixed: unrolling them from a fresh state over an env's
+    stored stream reproduces, at every sequence start, the state the replay stored (for SAC and TD3 the actor's
+    memory and the critics' own)."""
+    cfg = load_config(spec, [f"network.core={core}", *SMALL])
+    envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
+    agent = algorithm(cfg.algo.name)(cfg, spec_info, Runtime.of(cfg.train, "cpu"))
     replay = agent.replay
     assert isinstance(replay, RecurrentReplay)
     obs = start_envs(envs, replay, 1)
-    collect(envs, replay, obs, agent.explore, 120)  # several CartPole episodes per env under ε ≈ 1
+    steps = 220
+    collect(envs, replay, obs, agent.explore, steps)
     envs.close()
-    assert replay.reset_rows[:120].any()
-    windows = np.arange(0, 120 - replay.window, replay.stride)
+    assert replay.reset_rows[:steps].any()  # episodes ended and began inside the stream
+    nets = [agent.q] if cfg.algo.name == "dqn" else [agent.actor, agent.critic]
+    windows = np.arange(0, steps - replay.window, replay.stride)
     for env in range(2):
-        frames = torch.as_tensor(replay.frames[:120, env])
-        starts = torch.zeros(120, 1, dtype=torch.bool)
-        starts[1:, 0] = torch.as_tensor(replay.reset_rows[:119, env])
-        state = agent.q.initial_state(1)
+        frames = torch.as_tensor(replay.frames[:steps, env])
+        starts = torch.zeros(steps, 1, dtype=torch.bool)
+        starts[1:, 0] = torch.as_tensor(replay.reset_rows[:steps - 1, env])
+        state = tuple(net.initial_state(1) for net in nets)
         with torch.no_grad():
-            for t in range(120):
+            for t in range(steps):
                 state = reset_state(state, starts[t])
                 if t in windows:
                     stored = replay.states[(t // replay.stride) % replay.state_rows, env]
-                    np.testing.assert_allclose(agent.layout.flatten(state)[0].numpy(), stored, atol=1e-6)
-                state = agent.q.unroll(frames[t:t + 1], state, None)[1]
+                    acting = state[0] if cfg.algo.name == "dqn" else state
+                    np.testing.assert_allclose(agent.layout.flatten(acting)[0].numpy(), stored, atol=1e-5)
+                state = tuple(net.features(frames[t:t + 1], s, None)[1] for net, s in zip(nets, state, strict=True))
         sample = replay._windows(windows, np.full(len(windows), env), np.ones(len(windows), np.float32))
         assert np.array_equal(sample.starts[1:], replay.reset_rows[windows[None] + np.arange(replay.window - 1)[:, None],
                                                                    env])
+
+
+@pytest.mark.parametrize("spec, core", [("Pendulum-v1:sac", "gru"), ("CartPole-v1:sac", "lstm"),
+                                        ("Pendulum-v1:td3", "mamba"), ("Pendulum-v1:ddpg", "gru")])
+def test_recurrent_actor_critics_update_from_sequences_and_act_from_memory(spec, core):
+    cfg = load_config(spec, [f"network.core={core}", *SMALL[:-2], "algo.learning_starts=0", "algo.batch_size=24"])
+    envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
+    agent, other = (algorithm(cfg.algo.name)(cfg, spec_info, Runtime.of(cfg.train, "cpu")) for _ in range(2))
+    agent.obs = start_envs(envs, agent.replay, 1)
+    agent.obs = collect(envs, agent.replay, agent.obs, agent.explore, 60).obs
+    envs.close()
+    before = [p.detach().clone() for p in (*agent.actor.parameters(), *agent.critic.parameters())]
+    stats = [agent.update(0.5) for _ in range(4)]  # TD3: the actor steps on every 2nd
+    assert all(torch.isfinite(torch.as_tensor(float(v))) for s in stats for v in s.values())
+    assert "loss/actor" in stats[1] and "loss/critic" in stats[0]
+    after = [*agent.actor.parameters(), *agent.critic.parameters()]
+    moved = [not torch.equal(a, b) for a, b in zip(before, after, strict=True)]
+    assert all(moved), "every weight of the actor and the critics (their memories too) learns"
+    other.load_state_dict(agent.state_dict())  # the acting state and the stored ones travel
+    assert torch.equal(other.layout.flatten(other.acting_state), agent.layout.flatten(agent.acting_state))
+    obs = np.random.default_rng(0).normal(size=(3, *spec_info.obs_shape)).astype(np.float32)
+    memory = Memory()
+    first = agent.predict(obs, True, memory)
+    assert first.shape[0] == 3 and memory.state is not None
+    exported = agent.acting_network()
+    out = exported(torch.as_tensor(obs), *exported.initial_state(3))
+    np.testing.assert_allclose(out[0].detach().numpy(), first, atol=1e-5)
 
 
 def test_a_recurrent_dqn_state_dict_holds_the_acting_state_and_the_stored_states():

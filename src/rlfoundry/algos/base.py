@@ -123,6 +123,7 @@ class Agent(ABC):
     name: ClassVar[str]  # algo.name in configs and ENV_ID:ALGO specs
     config: ClassVar[type[AlgorithmConfig]]  # the `algo` section's schema (its `name` field is Literal[name])
     memory_cores: ClassVar[bool] = False  # network.core may be a memory core (it replays stored sequences)
+    actions: ClassVar[str | None] = None  # the one action space it acts in ("Discrete" or "Box"), None: either
     distributed: ClassVar[bool] = False  # runs across processes (`--nproc`, torchrun): one all-reduced gradient
     compiles: ClassVar[bool] = True  # train.compile compiles something; where not, true runs eager with a warning
     compile_by_default: ClassVar[bool] = False  # train.compile=auto compiles (measured to pay off on long runs)

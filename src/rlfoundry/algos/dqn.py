@@ -30,7 +30,7 @@ import torch
 from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Memory, Runtime
-from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig
+from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig, unroll_window
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers.recurrent import RecurrentReplay
 from rlfoundry.buffers.replay import PrioritizedReplayBuffer
@@ -57,6 +57,9 @@ class DQNConfig(OffPolicyConfig):
     per_alpha: float = Field(0.6, ge=0, description="Priority exponent α.")
     per_beta: float = Field(0.4, ge=0, le=1, description="Importance-weight exponent β at the start (annealed to 1).")
     max_grad_norm: float = Field(10.0, gt=0, description="Global gradient-norm clip.")
+    value_rescale: bool = Field(False, description="Learn h(Q) with R2D2's invertible rescaling h(x) = sign(x)("
+                                "√(|x|+1) − 1) + 0.001·x: targets h(R + γ^n·h⁻¹(Q')), so values stay small (a memory "
+                                "core's bounded features reach them).")
     adam_eps: float = Field(1e-8, gt=0, description="Adam ε.")
 
     @staticmethod
@@ -71,6 +74,20 @@ class DQNConfig(OffPolicyConfig):
                     "train": {"total_timesteps": 10_000_000}}
         return {"env": {"num_envs": 1}, "algo": {"buffer_size": 100_000, "learning_starts": 1000},
                 "network": {"activation": "relu"}, "train": {"total_timesteps": 100_000}}
+
+
+RESCALE_EPS = 1e-3  # ε of R2D2's h (Kapturowski et al. 2019, after Pohlen et al. 2018)
+
+
+def rescale(x: torch.Tensor) -> torch.Tensor:
+    """h(x) = sign(x)(√(|x| + 1) − 1) + εx."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1) - 1) + RESCALE_EPS * x
+
+
+def unrescale(x: torch.Tensor) -> torch.Tensor:
+    """h⁻¹(x) = sign(x)(((√(1 + 4ε(|x| + 1 + ε)) − 1) / 2ε)² − 1)."""
+    root = (torch.sqrt(1 + 4 * RESCALE_EPS * (x.abs() + 1 + RESCALE_EPS)) - 1) / (2 * RESCALE_EPS)
+    return torch.sign(x) * (root.square() - 1)
 
 
 def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor,
@@ -88,6 +105,7 @@ def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
 
 class DQN(OffPolicyAgent):
     name = "dqn"
+    actions = "Discrete"
     config = DQNConfig
     memory_cores = True
     graphs = True
@@ -165,7 +183,7 @@ class DQN(OffPolicyAgent):
                 next_q = next_q.gather(-1, self.q(next_obs).argmax(-1, keepdim=True)).squeeze(-1)
             else:
                 next_q = next_q.max(-1).values
-            targets = rewards + discounts * next_q
+            targets = self.targets(rewards, discounts, next_q)
         with self.autocast():
             q_taken = self.q(obs).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         loss, stats = dqn_loss(q_taken, targets, weights)
@@ -178,12 +196,11 @@ class DQN(OffPolicyAgent):
         """One gradient step on a batch of replayed sequences (a memory core); with prioritized replay, new
         priorities for them."""
         algo = self.algo
-        assert isinstance(self.replay, RecurrentReplay)  # make_replay with a memory core
-        batch = self.replay.sample(self.sequences, self.rng, beta=algo.per_beta + progress * (1.0 - algo.per_beta))
-        stats = self.sequence_step(*self.to_device(batch.obs, batch.actions, batch.starts, batch.states, batch.returns,
-                                                   batch.discounts, batch.bootstrap, batch.mask, batch.weights))
+        batch, tensors = self.sample_sequences(beta=algo.per_beta + progress * (1.0 - algo.per_beta))
+        stats = self.sequence_step(*tensors)
         errors = stats.pop("td_error")
         if algo.prioritized:
+            assert isinstance(self.replay, RecurrentReplay)
             self.replay.update_priorities(batch.indices, errors.cpu().numpy(), batch.mask)
         return stats
 
@@ -193,30 +210,33 @@ class DQN(OffPolicyAgent):
         """R2D2's step on sequences [W, N] (see `buffers.recurrent.SequenceSample`): both networks start from the
         stored state; the online one refreshes it over the burn-in without gradients, then unrolls the rest; the
         targets take the target network's values at each return's bootstrap row (the online argmax, double)."""
-        window, n = starts.shape
         burn, length = self.algo.burn_in, len(returns)
         obs = obs.flatten(0, 1)
         assert self.layout is not None
         state = self.layout.unflatten(states)
-        with torch.no_grad(), self.autocast():
-            target_q = self.target.unroll(obs, state, starts, window)[0].view(window, n, -1)
-            if burn:
-                state = self.q.unroll(obs[:burn * n], state, starts[:burn], burn)[1]
         with self.autocast():
-            q = self.q.unroll(obs[burn * n:], state, starts[burn:], window - burn)[0].view(window - burn, n, -1)
+            with torch.no_grad():
+                target_q = self.target.head(unroll_window(self.target, obs, state, starts, 0))
+            q = self.q.head(unroll_window(self.q, obs, state, starts, burn))
         with torch.no_grad():
-            envs = torch.arange(n, device=obs.device)
+            envs = torch.arange(starts.shape[1], device=obs.device)
             next_q = target_q[bootstrap, envs]  # [T, N, A]
             if self.algo.double:
                 next_q = next_q.gather(-1, q[bootstrap - burn, envs].argmax(-1, keepdim=True)).squeeze(-1)
             else:
                 next_q = next_q.max(-1).values
-            targets = returns + discounts * next_q
+            targets = self.targets(returns, discounts, next_q)
         q_taken = q[:length].gather(-1, actions[burn:burn + length].long().unsqueeze(-1)).squeeze(-1)
         loss, stats = dqn_loss(q_taken, targets, weights, mask)
         self.optimizer.update(loss, stats)
         stats["td_error"] = (q_taken.detach() - targets).abs()
         return stats
+
+    def targets(self, returns: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor) -> torch.Tensor:
+        """R + γ^n·Q', or with value rescaling h(R + γ^n·h⁻¹(Q'))."""
+        if self.algo.value_rescale:
+            return rescale(returns + discounts * unrescale(next_q))
+        return returns + discounts * next_q
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         """Greedy actions (ε-greedy with the final ε when not deterministic, drawn from NumPy's global generator,

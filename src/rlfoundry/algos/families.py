@@ -22,7 +22,7 @@ from pydantic import Field, PositiveInt
 from rlfoundry.algos.base import Agent, AlgorithmConfig, Iteration, Memory, Runtime, averaged, finish_iteration
 from rlfoundry.algos.optim import FlatOptimizer
 from rlfoundry.buffers import sized_by
-from rlfoundry.buffers.recurrent import RecurrentReplay, StateLayout, reset_state
+from rlfoundry.buffers.recurrent import RecurrentReplay, SequenceSample, StateLayout, reset_state
 from rlfoundry.buffers.replay import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -35,7 +35,7 @@ from rlfoundry.buffers.rollout import Rollout, RolloutCollector
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.envs import env_seed, frame_stack
 from rlfoundry.nets.heads import CategoricalHead
-from rlfoundry.nets.policy import GreedyActorCritic, build_actor_critic, state_norm
+from rlfoundry.nets.policy import GreedyActorCritic, MemoryNet, build_actor_critic, state_norm
 from rlfoundry.world_models.latent import (
     ACTING_KEYS,
     LatentModel,
@@ -273,18 +273,18 @@ class OffPolicyAgent(Agent):
         self.acting_state = out["state"]
         return out["actions"].cpu().numpy()
 
-    def eager_act(self, obs: np.ndarray, memory: Memory | None = None) -> np.ndarray:
+    def eager_act(self, obs: np.ndarray, memory: Memory | None = None, **options: Any) -> np.ndarray:
         """`act_step` run eagerly on a batch of any size (evaluation, play): no graph, no pinned buffers. A memory
-        core's state is carried in `memory`."""
+        core's state is carried in `memory`; `options` go to `act_step`."""
         tensor = torch.as_tensor(np.asarray(obs, dtype=self.spec.obs_dtype), device=self.device)
         if not self.recurrent:
-            return self.act_step(tensor)["actions"].cpu().numpy()
+            return self.act_step(tensor, **options)["actions"].cpu().numpy()
         if memory is None:
             raise ValueError("a recurrent policy needs a Memory to carry its state between predict calls")
         state = memory.state if memory.state is not None else self.initial_state(len(tensor))
         if memory.starts is not None:
             state = reset_state(state, torch.as_tensor(memory.starts, device=self.device))
-        out = self.act_step(tensor, state)
+        out = self.act_step(tensor, state, **options)
         memory.state = out["state"]
         return out["actions"].cpu().numpy()
 
@@ -292,6 +292,21 @@ class OffPolicyAgent(Agent):
         """A memory core's state at an episode's start, for `batch_size` envs (on the device)."""
         assert self.layout is not None
         return self.layout.unflatten(torch.zeros(batch_size, self.layout.size, device=self.device))
+
+    def sample_sequences(self, beta: float = 1.0) -> tuple[SequenceSample, tuple[torch.Tensor, ...]]:
+        """A batch of `sequences` replayed sequences (memory cores), and its arrays on the device in the order of
+        `SequenceSample`'s fields up to `weights`."""
+        assert isinstance(self.replay, RecurrentReplay)  # make_replay with a memory core
+        batch = self.replay.sample(self.sequences, self.rng, beta=beta)
+        return batch, self.to_device(*batch[:-1])
+
+    def step_features(self, net: MemoryNet, obs: torch.Tensor, before: Any, index: int = 0) -> torch.Tensor:
+        """A network's features of o_t [1, ...] for the episode inspector, from entry `index` of the memory before
+        the step (a fresh one at an episode's start)."""
+        if not self.recurrent:
+            return net.features(obs)[0]
+        state = before if before is not None else self.initial_state(1)
+        return net.features(obs, state[index], None)[0]
 
     @abstractmethod
     def update(self, progress: float) -> dict[str, torch.Tensor]:
@@ -360,6 +375,18 @@ class OffPolicyAgent(Agent):
         self.obs = None
         if self.layout is not None:  # the envs restart: so does the memory (the replay marks the episode start)
             self.acting_state = self.initial_state(self.spec.num_envs)
+
+
+def unroll_window(net: MemoryNet, obs: torch.Tensor, state: Any, starts: torch.Tensor, burn_in: int) -> torch.Tensor:
+    """A network's features [W − burn_in, N, H] over replayed windows (`obs` [W·N, ...] time-major, `starts`
+    [W, N]) from their stored `state`: the first `burn_in` rows only refresh the state, without gradients (R2D2's
+    burn-in); the rest carry gradients where they are enabled."""
+    window, n = starts.shape
+    if burn_in:
+        with torch.no_grad():
+            state = net.features(obs[:burn_in * n], state, starts[:burn_in], burn_in)[1]
+    features = net.features(obs[burn_in * n:], state, starts[burn_in:], window - burn_in, final_state=False)[0]
+    return features.view(window - burn_in, n, -1)
 
 
 # ---------------------------------------------------------------- latent world models

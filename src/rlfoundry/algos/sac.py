@@ -30,14 +30,16 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 
-from rlfoundry.algos.base import Iteration, Runtime, averaged, finish_iteration
-from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig
+from rlfoundry.algos.base import Iteration, Memory, Runtime, averaged, finish_iteration
+from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig, unroll_window
 from rlfoundry.algos.optim import FlatOptimizer, adam, frozen, load_optimizer_state, optimizer_state, set_lr
 from rlfoundry.buffers.replay import Collected
 from rlfoundry.config.errors import ConfigError
@@ -50,10 +52,12 @@ from rlfoundry.nets.policy import (
     LOG_STD_MIN,
     CategoricalActor,
     Greedy,
+    RecurrentCritic,
     SquashedGaussianActor,
     SquashedMean,
     TwinQ,
     TwinQDiscrete,
+    state_norm,
 )
 
 if TYPE_CHECKING:  # imported where used: the actor processes' module is only needed with async actors
@@ -146,9 +150,18 @@ def actor_actions(actor: torch.nn.Module, obs: torch.Tensor, deterministic: bool
     return actor(obs, deterministic)[0]
 
 
+def head_actions(actor: CategoricalActor | SquashedGaussianActor, features: torch.Tensor,
+                 deterministic: bool) -> torch.Tensor:
+    """`actor_actions` from a memory core's features."""
+    if isinstance(actor, CategoricalActor):
+        return CategoricalHead.sample(actor.head(features), deterministic)
+    return actor.head(features, deterministic)[0]
+
+
 class SAC(OffPolicyAgent):
     name = "sac"
     config = SACConfig
+    memory_cores = True
     graphs = True
     graphs_by_default = True  # SAC HalfCheetah on an H200: 3.5x the eager steps/s (docs/guide/performance.md, "CUDA graphs")
     monitors = {
@@ -165,10 +178,16 @@ class SAC(OffPolicyAgent):
         if algo.async_actors and (cfg.env.normalize_obs is True or cfg.env.normalize_reward):
             raise ConfigError(f"algo.async_actors = {algo.async_actors}: env.normalize_obs / normalize_reward would "
                               "keep separate statistics in each actor process; allowed with them: 0")
+        if algo.async_actors and cfg.network.core != "identity":
+            raise ConfigError(f"algo.async_actors = {algo.async_actors}: the actor processes act without memory; with "
+                              f"network.core = '{cfg.network.core}' allowed: 0")
         super().__init__(cfg, spec, runtime)
         device = self.device
         self.actor = build_actor(spec, cfg.network).to(device)
-        self.critic = (TwinQDiscrete if spec.discrete else TwinQ)(spec, cfg.network).to(device)
+        if cfg.network.core != "identity":  # a memory of its own (Ni et al. 2022)
+            self.critic: TwinQ | TwinQDiscrete | RecurrentCritic = RecurrentCritic(spec, cfg.network).to(device)
+        else:
+            self.critic = (TwinQDiscrete if spec.discrete else TwinQ)(spec, cfg.network).to(device)
         self.critic_target = copy.deepcopy(self.critic)
         self.actor_opt = FlatOptimizer(self.actor, algo.lr(0.0), algo.adam_eps, None)
         self.critic_opt = FlatOptimizer(self.critic, algo.lr(0.0), algo.adam_eps, None)
@@ -184,9 +203,9 @@ class SAC(OffPolicyAgent):
             auto_entropy = -float(spec.action_space.shape[0])
             action_shape, action_dtype = spec.action_space.shape, np.float32
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
-        self.replay = self.make_replay(action_shape, action_dtype)
+        self.replay = self.make_replay(action_shape, action_dtype, initial_state=self.memory_state)
         runtime.compile_modules(self.actor, self.critic, self.critic_target)
-        self.graphed_step = runtime.graphed(self.gradient_step)
+        self.graphed_step = runtime.graphed(self.gradient_step) if not self.recurrent else self.gradient_step
         self.pool: ActorPool | None = None  # async: the actor processes, started at the first iteration
         self.owed = 0.0  # async: gradient steps owed for the rows received (the fraction carried over)
         self.gradient_steps_done = 0
@@ -204,11 +223,21 @@ class SAC(OffPolicyAgent):
     def explore(self, obs: np.ndarray) -> np.ndarray:
         if self.env_steps >= self.algo.learning_starts:
             return self.act(obs)
+        if self.recurrent:  # the memory follows the episodes, so the states the replay stores are the actor's
+            self.act(obs)
         return self.random_actions()
 
-    def act_step(self, obs: torch.Tensor, state: Any = None) -> dict[str, Any]:
+    def memory_state(self, batch_size: int) -> tuple[Any, Any]:
+        """A memory core's state at an episode's start: the actor's and the critics' memories."""
+        return self.actor.initial_state(batch_size), cast(RecurrentCritic, self.critic).initial_state(batch_size)
+
+    def act_step(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
-            return {"actions": actor_actions(self.actor, obs, deterministic=False)}
+            if not self.recurrent:
+                return {"actions": actor_actions(self.actor, obs, deterministic)}
+            features, actor_state = self.actor.features(obs, state[0], None)
+            critic_state = cast(RecurrentCritic, self.critic).features(obs, state[1], None)[1]
+            return {"actions": head_actions(self.actor, features, deterministic), "state": (actor_state, critic_state)}
 
     def iterate(self, envs, progress: float) -> Iteration:
         if not self.algo.async_actors:
@@ -242,6 +271,8 @@ class SAC(OffPolicyAgent):
         return {key: value.double() for key, value in stats.items()}
 
     def _update(self) -> dict[str, torch.Tensor]:
+        if self.recurrent:
+            return self.sequence_step(*self.sample_sequences()[1])
         batch = self.replay.sample(self.algo.batch_size, self.rng)
         return self.graphed_step(*self.to_device(batch.obs, batch.actions, batch.next_obs, batch.rewards,
                                                  batch.discounts))
@@ -250,13 +281,45 @@ class SAC(OffPolicyAgent):
                       discounts: torch.Tensor) -> dict[str, torch.Tensor]:
         """One step of α, the critics and the actor on a batch, and the target update (a CUDA graph:
         `Runtime.graphed`)."""
+        return self.soft_step(obs, next_obs, obs, next_obs, actions, rewards, discounts, self.actor, self.critic,
+                              self.critic_target)
+
+    def sequence_step(self, obs: torch.Tensor, actions: torch.Tensor, starts: torch.Tensor, states: torch.Tensor,
+                      returns: torch.Tensor, discounts: torch.Tensor, bootstrap: torch.Tensor, mask: torch.Tensor,
+                      weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`soft_step` on replayed sequences (memory cores): the actor and the critics unroll their own memories from
+        their stored states with burn-in, the target critics from the same states over the whole window; the losses
+        then take the features of the real trained steps and of their bootstrap rows."""
+        burn, length = self.algo.burn_in, len(returns)
+        obs = obs.flatten(0, 1)
+        assert self.layout is not None
+        actor_state, critic_state = self.layout.unflatten(states)
+        critic, target = cast(RecurrentCritic, self.critic), cast(RecurrentCritic, self.critic_target)
+        with self.autocast():
+            with torch.no_grad():
+                target_features = unroll_window(target, obs, critic_state, starts, 0)
+            actor_features = unroll_window(self.actor, obs, actor_state, starts, burn)
+            critic_features = unroll_window(critic, obs, critic_state, starts, burn)
+        real = mask.bool()
+        envs = torch.arange(starts.shape[1], device=obs.device)
+        return self.soft_step(actor_features[:length][real], actor_features.detach()[bootstrap - burn, envs][real],
+                              critic_features[:length][real], target_features[bootstrap, envs][real],
+                              actions[burn:burn + length][real], returns[real], discounts[real], self.actor.head,
+                              critic.q, target.q)
+
+    def soft_step(self, actor_in: torch.Tensor, next_actor_in: torch.Tensor, critic_in: torch.Tensor,
+                  next_critic_in: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
+                  pi: Callable, q_fn: Callable, q_target: Callable) -> dict[str, torch.Tensor]:
+        """The losses and steps of α, the critics and the actor, and the target update, written once for what the
+        networks take: observations (`pi` the actor, `q_fn` and `q_target` the critics), or a memory core's
+        features (the actor's head, the critics' heads)."""
         discrete = self.spec.discrete
         with self.autocast():
             if discrete:  # log π(·|s) [N, A]; the expectations use its probabilities
-                logp_new = self.actor(obs)
+                logp_new = pi(actor_in)
                 probs_new = logp_new.exp()
             else:
-                new_actions, logp_new = self.actor(obs)
+                new_actions, logp_new = pi(actor_in)
                 probs_new = None
         if self.alpha_opt is not None:
             self.alpha_opt.zero_grad(set_to_none=False)  # the gradient stays where a graph reads it
@@ -265,27 +328,28 @@ class SAC(OffPolicyAgent):
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad(), self.autocast():
             if discrete:
-                next_logp = self.actor(next_obs)
-                next_q, next_probs = self.critic_target(next_obs).float(), next_logp.exp()
+                next_logp = pi(next_actor_in)
+                next_q, next_probs = q_target(next_critic_in).float(), next_logp.exp()
             else:
-                next_actions, next_logp = self.actor(next_obs)
-                next_q, next_probs = self.critic_target(next_obs, next_actions).float(), None
+                next_actions, next_logp = pi(next_actor_in)
+                next_q, next_probs = q_target(next_critic_in, next_actions).float(), None
             targets = rewards + discounts * sac_soft_value(next_q, next_logp, alpha, next_probs)
         with self.autocast():
             if discrete:
                 taken = actions.long().view(1, -1, 1).expand(2, -1, 1)
-                q = self.critic(obs).float().gather(-1, taken).squeeze(-1)
+                q = q_fn(critic_in).float().gather(-1, taken).squeeze(-1)
             else:
-                q = self.critic(obs, actions).float()
+                q = q_fn(critic_in, actions).float()
         critic_loss = sac_critic_loss(q, targets)
         self.critic_opt.update(critic_loss)
+        critic_in = critic_in.detach()  # a memory's features: the critics' step has used their graph
         with self.autocast():  # the updated critics judge the actor, as in SB3
             if discrete:
                 with torch.no_grad():  # the expectation is exact: no gradient through the critics
-                    q_new = self.critic(obs).float()
+                    q_new = q_fn(critic_in).float()
             else:  # gradients for the actions only: frozen critics skip their weight gradients (a fifth of it)
                 with frozen(self.critic):
-                    q_new = self.critic(obs, new_actions).float()
+                    q_new = q_fn(critic_in, new_actions).float()
         actor_loss = sac_actor_loss(alpha, logp_new, q_new, probs_new)
         self.actor_opt.update(actor_loss)
         self.target_flat.data.lerp_(self.critic_opt.flat.data, self.algo.tau)
@@ -293,22 +357,30 @@ class SAC(OffPolicyAgent):
         return {"loss/critic": critic_loss.detach(), "loss/actor": actor_loss.detach(), "diag/alpha": alpha,
                 "diag/entropy": entropy, "diag/q_mean": q.detach().mean()}
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
+        if self.recurrent:
+            return self.eager_act(obs, memory, deterministic=deterministic)
         return act(self.actor, np.asarray(obs, dtype=self.spec.obs_dtype), self.runtime.precision, deterministic)
 
     def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
         actor = self.actor
         with torch.inference_mode(), self.autocast():
+            features = self.step_features(actor, obs, before, 0)
+            if self.recurrent:  # the critics' values from their own memory
+                critic = cast(RecurrentCritic, self.critic)
+                values = partial(critic.q, self.step_features(critic, obs, before, 1))
+            else:
+                values = partial(self.critic, obs)
             if isinstance(actor, CategoricalActor):
-                probs = actor(obs)[0].float().exp().cpu().numpy()
-                q = self.critic(obs).float().amin(0)[0]  # [2, 1, A] -> [A]
+                probs = actor.head(features)[0].float().exp().cpu().numpy()
+                q = values().float().amin(0)[0]  # [2, 1, A] -> [A]
                 return {"probs": probs, "value": float(q[int(action)])}
-            features = actor.encoder(obs).squeeze(0)  # as SquashedGaussianActor.forward
             mean = actor.mean(features).float()
             log_std = actor.log_std(features).float().clamp(LOG_STD_MIN, LOG_STD_MAX)
             taken = torch.as_tensor(np.asarray(action, dtype=np.float32)[None], device=obs.device)
-            value = float(self.critic(obs, taken).float().amin(0)[0])
-        return {"mean": mean[0].cpu().numpy(), "std": log_std[0].exp().cpu().numpy(), "value": value}
+            value = float(values(taken).float().amin(0)[0])
+        return {"mean": mean[0].cpu().numpy(), "std": log_std[0].exp().cpu().numpy(), "value": value,
+                "memory_norm": state_norm(after) if self.recurrent else None}
 
     def acting_network(self) -> torch.nn.Module:
         return Greedy(self.actor) if isinstance(self.actor, CategoricalActor) else SquashedMean(self.actor)

@@ -22,22 +22,22 @@ Truncation bootstraps and termination does not.
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 from pydantic import Field, PositiveInt
 from torch import nn
 
-from rlfoundry.algos.base import Runtime
-from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig
+from rlfoundry.algos.base import Memory, Runtime
+from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig, unroll_window
 from rlfoundry.algos.optim import FlatOptimizer, frozen
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
-from rlfoundry.nets.encoders import ENCODERS
 from rlfoundry.nets.flat import flatten_parameters
-from rlfoundry.nets.policy import TwinQ
+from rlfoundry.nets.policy import MemoryActing, MemoryNet, RecurrentCritic, TwinQ, state_norm
 
 
 class TD3Config(OffPolicyConfig):
@@ -87,27 +87,39 @@ def smoothed_targets(next_actions: torch.Tensor, noise: torch.Tensor, clip: floa
     return (next_actions + (noise.clamp(-clip, clip) * scale)).clamp(low, high)
 
 
-class DeterministicActor(nn.Module):
-    """encoder → linear → tanh, scaled to the action bounds: μ(s) [N, A]."""
+class DeterministicActor(MemoryNet):
+    """encoder → core → linear → tanh, scaled to the action bounds: μ(s) [N, A]."""
 
     scale: torch.Tensor  # buffers, registered in __init__
     offset: torch.Tensor
 
     def __init__(self, spec, net_cfg):
-        super().__init__()
-        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        self.out = nn.Linear(self.encoder.out_features, int(spec.action_space.shape[0]))
+        super().__init__(spec.obs_shape, net_cfg)
+        self.out = nn.Linear(self.width, int(spec.action_space.shape[0]))
         low, high = torch.as_tensor(spec.action_space.low), torch.as_tensor(spec.action_space.high)
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("offset", (high + low) / 2)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.out(self.encoder(obs).squeeze(0)).float()) * self.scale + self.offset
+        """μ(s) of a feed-forward actor."""
+        return self.head(self.encoder(obs).squeeze(0))
+
+    def head(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.out(features).float()) * self.scale + self.offset
+
+
+class MeanAction(MemoryActing):
+    """A DeterministicActor's action, its memory as flat tensors (export)."""
+
+    def act(self, features: torch.Tensor) -> torch.Tensor:
+        return cast(DeterministicActor, self.net).head(features)
 
 
 class TD3(OffPolicyAgent):
     name = "td3"
+    actions = "Box"
     config = TD3Config
+    memory_cores = True
     graphs = True
     graphs_by_default = True  # TD3 HalfCheetah on an H200: 2.5x the eager steps/s (docs/guide/performance.md, "CUDA graphs")
     monitors = {"diag/q_mean": Q_DIVERGENCE, "loss/critic": VALUE_BLOWUP}
@@ -119,14 +131,18 @@ class TD3(OffPolicyAgent):
         super().__init__(cfg, spec, runtime)
         algo, device = self.algo, self.device
         self.actor = DeterministicActor(spec, cfg.network).to(device)
-        self.critic = TwinQ(spec, cfg.network, critics=2 if algo.twin_critics else 1).to(device)
+        critics = 2 if algo.twin_critics else 1
+        if cfg.network.core != "identity":  # a memory of its own (Ni et al. 2022)
+            self.critic: TwinQ | RecurrentCritic = RecurrentCritic(spec, cfg.network, critics).to(device)
+        else:
+            self.critic = TwinQ(spec, cfg.network, critics).to(device)
         self.actor_target = copy.deepcopy(self.actor)
         self.critic_target = copy.deepcopy(self.critic)
         self.actor_opt = FlatOptimizer(self.actor, algo.lr(0.0), algo.adam_eps, None)
         self.critic_opt = FlatOptimizer(self.critic, algo.lr(0.0), algo.adam_eps, None)
         self.actor_target_flat = flatten_parameters(self.actor_target).requires_grad_(False)
         self.critic_target_flat = flatten_parameters(self.critic_target).requires_grad_(False)
-        self.replay = self.make_replay(spec.action_space.shape, np.float32)
+        self.replay = self.make_replay(spec.action_space.shape, np.float32, initial_state=self.memory_state)
         self.low = torch.as_tensor(spec.action_space.low, dtype=torch.float32, device=device)
         self.high = torch.as_tensor(spec.action_space.high, dtype=torch.float32, device=device)
         self.half_range = (spec.action_space.high - spec.action_space.low) / 2  # the unit of the noises
@@ -142,52 +158,97 @@ class TD3(OffPolicyAgent):
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
         if self.env_steps < self.algo.learning_starts:
+            if self.recurrent:  # the memory follows the episodes, so the states the replay stores are the actor's
+                self.act(obs)
             return self.random_actions()
         actions = self.act(obs)
         noise = self.rng.normal(0.0, self.algo.exploration_noise, size=actions.shape) * self.half_range
         return np.clip(actions + noise, self.spec.action_space.low, self.spec.action_space.high).astype(np.float32)
 
     def update(self, progress: float) -> dict[str, torch.Tensor]:
+        self.updates += 1
+        actor = self.updates % self.algo.policy_delay == 0
+        if self.recurrent:  # (eager: a memory core's unroll reads the episode starts on the host)
+            return self.sequence_step(actor, *self.sample_sequences()[1])
         batch = self.replay.sample(self.algo.batch_size, self.rng)
         inputs = self.to_device(batch.obs, batch.actions, batch.next_obs, batch.rewards, batch.discounts)
-        self.updates += 1
-        return self.graphed_step(*inputs, self.updates % self.algo.policy_delay == 0)
+        return self.graphed_step(*inputs, actor)
 
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
                       discounts: torch.Tensor, actor: bool) -> dict[str, torch.Tensor]:
         """One critic step on a batch and, with `actor`, the actor's step and the target updates (a CUDA graph for
         each value of `actor`: `Runtime.graphed`)."""
+        return self.td3_step(obs if actor else None, next_obs, obs, next_obs, actions, rewards, discounts, self.actor,
+                             self.actor_target, self.critic, self.critic_target)
+
+    def sequence_step(self, actor: bool, obs: torch.Tensor, actions: torch.Tensor, starts: torch.Tensor,
+                      states: torch.Tensor, returns: torch.Tensor, discounts: torch.Tensor, bootstrap: torch.Tensor,
+                      mask: torch.Tensor, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`td3_step` on replayed sequences (memory cores): the actor (when it steps) and the critics unroll their
+        own memories from their stored states with burn-in, the targets from the same states over the whole
+        window; the losses then take the features of the real trained steps and of their bootstrap rows."""
+        burn, length = self.algo.burn_in, len(returns)
+        obs = obs.flatten(0, 1)
+        assert self.layout is not None
+        actor_state, critic_state = self.layout.unflatten(states)
+        critic, critic_target = cast(RecurrentCritic, self.critic), cast(RecurrentCritic, self.critic_target)
+        real = mask.bool()
+        envs = torch.arange(starts.shape[1], device=obs.device)
+        with self.autocast():
+            with torch.no_grad():
+                next_actor_in = unroll_window(self.actor_target, obs, actor_state, starts, 0)[bootstrap, envs][real]
+                next_critic_in = unroll_window(critic_target, obs, critic_state, starts, 0)[bootstrap, envs][real]
+            critic_in = unroll_window(critic, obs, critic_state, starts, burn)[:length][real]
+            actor_in = unroll_window(self.actor, obs, actor_state, starts, burn)[:length][real] if actor else None
+        return self.td3_step(actor_in, next_actor_in, critic_in, next_critic_in, actions[burn:burn + length][real],
+                             returns[real], discounts[real], self.actor.head, self.actor_target.head, critic.q,
+                             critic_target.q)
+
+    def td3_step(self, actor_in: torch.Tensor | None, next_actor_in: torch.Tensor, critic_in: torch.Tensor,
+                 next_critic_in: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
+                 mu: Callable, mu_target: Callable, q_fn: Callable, q_target: Callable) -> dict[str, torch.Tensor]:
+        """The critics' step and, given `actor_in`, the actor's step and the target updates, written once for what
+        the networks take: observations (`mu`, `q_fn` and their targets are the networks), or a memory core's
+        features (their heads)."""
         algo = self.algo
         with torch.no_grad(), self.autocast():
-            next_actions = self.actor_target(next_obs)
+            next_actions = mu_target(next_actor_in)
             if algo.target_policy_noise > 0:
                 noise = torch.randn_like(next_actions) * algo.target_policy_noise
                 next_actions = smoothed_targets(next_actions, noise, algo.target_noise_clip, self.actor.scale,
                                                 self.low, self.high)
-            next_q = self.critic_target(next_obs, next_actions).float().amin(0)
+            next_q = q_target(next_critic_in, next_actions).float().amin(0)
             targets = rewards + discounts * next_q
         with self.autocast():
-            q = self.critic(obs, actions).float()
+            q = q_fn(critic_in, actions).float()
         critic_loss = td3_critic_loss(q, targets)
         self.critic_opt.update(critic_loss)
         stats = {"loss/critic": critic_loss.detach().double(), "diag/q_mean": q.detach().mean().double()}
-        if actor:
+        if actor_in is not None:
             with self.autocast(), frozen(self.critic):  # gradients for the actions only
-                actor_loss = td3_actor_loss(self.critic(obs, self.actor(obs)).float()[0])
+                actor_loss = td3_actor_loss(q_fn(critic_in.detach(), mu(actor_in)).float()[0])
             self.actor_opt.update(actor_loss)
             self.critic_target_flat.data.lerp_(self.critic_opt.flat.data, algo.tau)
             self.actor_target_flat.data.lerp_(self.actor_opt.flat.data, algo.tau)
             stats["loss/actor"] = actor_loss.detach().double()
         return stats
 
+    def memory_state(self, batch_size: int) -> tuple[Any, Any]:
+        """A memory core's state at an episode's start: the actor's and the critics' memories."""
+        return self.actor.initial_state(batch_size), cast(RecurrentCritic, self.critic).initial_state(batch_size)
+
     def act_step(self, obs: torch.Tensor, state: Any = None) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
-            return {"actions": self.actor(obs)}
+            if not self.recurrent:
+                return {"actions": self.actor(obs)}
+            features, actor_state = self.actor.features(obs, state[0], None)
+            critic_state = cast(RecurrentCritic, self.critic).features(obs, state[1], None)[1]
+            return {"actions": self.actor.head(features), "state": (actor_state, critic_state)}
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True, memory=None) -> np.ndarray:  # feed-forward only
+    def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         """μ(s); with exploration noise (from NumPy's global generator, which an evaluation gives a state of its own)
-        when not deterministic."""
-        actions = self.eager_act(obs)
+        when not deterministic. A memory core's state is carried in `memory`."""
+        actions = self.eager_act(obs, memory)
         if not deterministic:
             noise = np.random.normal(0.0, self.algo.exploration_noise, size=actions.shape)
             actions = actions + noise * self.half_range
@@ -195,13 +256,19 @@ class TD3(OffPolicyAgent):
 
     def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
-            mean = self.actor(obs)[0].float()
+            mean = self.actor.head(self.step_features(self.actor, obs, before, 0))[0].float()
             taken = torch.as_tensor(np.asarray(action, dtype=np.float32)[None], device=obs.device)
-            value = float(self.critic(obs, taken).float().amin(0)[0])
-        return {"mean": mean.cpu().numpy(), "value": value}
+            if self.recurrent:  # the critics' values from their own memory
+                critic = cast(RecurrentCritic, self.critic)
+                q = critic.q(self.step_features(critic, obs, before, 1), taken)
+            else:
+                q = self.critic(obs, taken)
+            value = float(q.float().amin(0)[0])
+        return {"mean": mean.cpu().numpy(), "value": value,
+                "memory_norm": state_norm(after) if self.recurrent else None}
 
     def acting_network(self) -> nn.Module:
-        return self.actor
+        return MeanAction(self.actor) if self.recurrent else self.actor
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -61,25 +61,30 @@ def bench_train(
 
 @bench_app.command("arch")
 def bench_arch(
-    env: Annotated[str, typer.Argument(help="ENV_ID (its ppo-masked variant when the preset has one, else ppo) or "
-                                            "ENV_ID:VARIANT.")],
-    overrides: Annotated[list[str] | None, typer.Argument(help="Dotted overrides for every run.")] = None,
+    envs: Annotated[str, typer.Argument(help="ENV_ID[,ENV_ID...]; each runs every --algos algorithm (its preset's "
+                                             "ALGO-masked variant when it has one, else ALGO), or ENV_ID:VARIANT "
+                                             "(that variant only, whatever --algos says).")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="Dotted overrides for every run; ALGO:key=value for "
+                                                              "that algorithm's runs only.")] = None,
+    algos: Annotated[str, typer.Option(help="Comma-separated algorithms, e.g. ppo,dqn.")] = "ppo",
     cores: Annotated[str, typer.Option(help="Comma-separated cores: mlp,lstm,gru,trxl,gtrxl,mamba,mamba2.")] = "mlp,lstm,gru",
-    seeds: Annotated[int, typer.Option(min=1, help="Seeds per core (1..N).")] = 3,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per (env, algorithm, core) (1..N).")] = 3,
     steps: Annotated[int, typer.Option(min=1, help="Env steps per run.")] = 100_000,
     out_dir: Annotated[Path, typer.Option("--out", help="Where the runs, arch.csv, arch.md and arch.png go.")] = Path("bench_arch"),
 ) -> None:
-    """The same PPO with each memory core: final return, steps/s, latency, memory, parameters."""
-    from rlfoundry.bench.arch import default_spec, parse_cores, run_arch
+    """Each memory core under each algorithm on each env: final return (IQM over seeds), steps/s, latency, memory,
+    parameters."""
+    from rlfoundry.bench.arch import parse_algos, parse_cores, plan, run_arch
     from rlfoundry.run.hardware import machine
 
     console = out()
     console.print(machine(), highlight=False)
     try:
         names = parse_cores(cores)
-        spec = default_spec(env)
-        rows = run_arch(spec, names, seeds, steps, out_dir, overrides, log=lambda text: console.print(text, highlight=False))
+        pairs = plan(envs, parse_algos(algos))
+        rows = run_arch(pairs, names, seeds, steps, out_dir, overrides, log=lambda text: console.print(text, highlight=False))
     except ConfigError as exc:
         fail(str(exc))
     console.print((out_dir / "arch.md").read_text(), highlight=False)
-    console.print(f"{len(rows)} cores; table: {out_dir / 'arch.md'}, {out_dir / 'arch.csv'}; plot: {out_dir / 'arch.png'}")
+    console.print(f"{len(rows)} rows ({len(pairs)} env × algorithm, {len(names)} cores); table: {out_dir / 'arch.md'}, "
+                  f"{out_dir / 'arch.csv'}; plot: {out_dir / 'arch.png'}")

@@ -122,37 +122,57 @@ def build_actor_critic(spec: EnvInfo, net_cfg) -> ActorCritic:
     return ActorCritic(spec, net_cfg)
 
 
-class QNetwork(nn.Module):
+class MemoryNet(nn.Module):
+    """encoder → core, for the off-policy networks: `features` of observations, through the core's memory when it
+    has one (`recurrent`). A subclass builds its heads on `width` and names them as it likes; the identity core
+    holds no weights, so a feed-forward network's state dict is the encoder's and the heads'."""
+
+    def __init__(self, obs_shape: tuple[int, ...], net_cfg):
+        super().__init__()
+        self.encoder = ENCODERS[net_cfg.encoder](obs_shape, net_cfg, 1)
+        self.core = CORES[net_cfg.core](self.encoder.out_features, net_cfg)
+        self.recurrent = net_cfg.core != "identity"
+        self.width = self.core.out_features
+
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, ...] | None:
+        return self.core.initial_state(batch_size)
+
+    def features(self, obs: torch.Tensor, state=None, starts: torch.Tensor | None = None, steps: int = 1,
+                 final_state: bool = True):
+        """Features [T·N, H] of observations [T·N, ...] in time-major order, the core starting from `state` and
+        reset where `starts` [T, N] is true; and the state after the last step (None for a feed-forward network,
+        or where `final_state` is false and the core skips it)."""
+        features = self.encoder(obs).squeeze(0)  # the encoder's one group [1, N, H]
+        if not self.recurrent:
+            return features, None
+        features, state = self.core(features.view(steps, -1, features.shape[-1]), state, starts, final_state)
+        if torch.is_autocast_enabled(obs.device.type) and state is not None:  # the memory stays float32
+            state = tuple(t.float() for t in state)
+        return features.flatten(0, 1), state
+
+
+class QNetwork(MemoryNet):
     """encoder → core → Q-values [N, A]; with `dueling`, Q = V + (A − mean A) from two linear streams (Wang et al.
     2016, arXiv:1511.06581). Feed-forward networks (identity core) are called on observations; a memory core's
     networks `unroll` sequences from a stored state (R2D2)."""
 
     def __init__(self, spec: EnvInfo, net_cfg, dueling: bool):
-        super().__init__()
-        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        self.core = CORES[net_cfg.core](self.encoder.out_features, net_cfg)
-        self.recurrent = net_cfg.core != "identity"
-        width, num_actions = self.core.out_features, int(_discrete(spec.action_space).n)
-        self.advantage = nn.Linear(width, num_actions)
-        self.value = nn.Linear(width, 1) if dueling else None
-
-    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, ...] | None:
-        return self.core.initial_state(batch_size)
+        super().__init__(spec.obs_shape, net_cfg)
+        num_actions = int(_discrete(spec.action_space).n)
+        self.advantage = nn.Linear(self.width, num_actions)
+        self.value = nn.Linear(self.width, 1) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values of a feed-forward network [N, A]."""
-        return self._head(self.encoder(obs).squeeze(0))
+        return self.head(self.encoder(obs).squeeze(0))
 
-    def unroll(self, obs: torch.Tensor, state, starts: torch.Tensor | None, steps: int = 1):
-        """Q-values [T·N, A] of observations [T·N, ...] in time-major order, the core starting from `state` and
-        reset where `starts` [T, N] is true; and the state after the last step."""
-        features = self.encoder(obs).squeeze(0)
-        features, state = self.core(features.view(steps, -1, features.shape[-1]), state, starts)
-        if torch.is_autocast_enabled(obs.device.type) and state is not None:  # the memory stays float32
-            state = tuple(t.float() for t in state)
-        return self._head(features.flatten(0, 1)), state
+    def unroll(self, obs: torch.Tensor, state, starts: torch.Tensor | None, steps: int = 1,
+               final_state: bool = True):
+        """Q-values [T·N, A] and the new state (`features`)."""
+        features, state = self.features(obs, state, starts, steps, final_state)
+        return self.head(features), state
 
-    def _head(self, features: torch.Tensor) -> torch.Tensor:
+    def head(self, features: torch.Tensor) -> torch.Tensor:
         q = self.advantage(features).float()
         if self.value is not None:
             q = self.value(features).float() + q - q.mean(-1, keepdim=True)
@@ -162,27 +182,28 @@ class QNetwork(nn.Module):
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SB3's bounds for the state-dependent log std
 
 
-class SquashedGaussianActor(nn.Module):
-    """encoder → (mean, log std) → a = tanh(u), u ~ N(mean, std), scaled to the action bounds (Haarnoja et al.
-    2018, appendix C: the log-probability carries the tanh change of variables). Feed-forward, as TwinQ."""
+class SquashedGaussianActor(MemoryNet):
+    """encoder → core → (mean, log std) → a = tanh(u), u ~ N(mean, std), scaled to the action bounds (Haarnoja et
+    al. 2018, appendix C: the log-probability carries the tanh change of variables)."""
 
     scale: torch.Tensor  # buffers, registered in __init__
     offset: torch.Tensor
 
     def __init__(self, spec: EnvInfo, net_cfg):
-        super().__init__()
-        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
+        super().__init__(spec.obs_shape, net_cfg)
         action_space = _box(spec.action_space)
         action_dim = int(action_space.shape[0])
-        self.mean = nn.Linear(self.encoder.out_features, action_dim)
-        self.log_std = nn.Linear(self.encoder.out_features, action_dim)
+        self.mean = nn.Linear(self.width, action_dim)
+        self.log_std = nn.Linear(self.width, action_dim)
         low, high = torch.as_tensor(action_space.low), torch.as_tensor(action_space.high)
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("offset", (high + low) / 2)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """(actions in the env's bounds [N, A], their log-probabilities [N])."""
-        features = self.encoder(obs).squeeze(0)
+        """(actions in the env's bounds [N, A], their log-probabilities [N]) of a feed-forward actor."""
+        return self.head(self.encoder(obs).squeeze(0), deterministic)
+
+    def head(self, features: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.mean(features).float()
         log_std = self.log_std(features).float().clamp(LOG_STD_MIN, LOG_STD_MAX)
         u = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
@@ -215,18 +236,20 @@ class TwinQ(nn.Module):
         return torch.baddbmm(self.bias, h, self.weight).squeeze(-1)  # [C, N]
 
 
-class CategoricalActor(nn.Module):
-    """encoder → log π(·|s) [N, A] over a Discrete action space: the actor of discrete SAC (Christodoulou
-    2019, arXiv:1910.07207), whose losses take the expectation over all actions. Feed-forward, as TwinQ."""
+class CategoricalActor(MemoryNet):
+    """encoder → core → log π(·|s) [N, A] over a Discrete action space: the actor of discrete SAC (Christodoulou
+    2019, arXiv:1910.07207), whose losses take the expectation over all actions."""
 
     def __init__(self, spec: EnvInfo, net_cfg):
-        super().__init__()
-        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 1)
-        self.pi = CategoricalHead(self.encoder.out_features, int(_discrete(spec.action_space).n), net_cfg.ortho_init)
+        super().__init__(spec.obs_shape, net_cfg)
+        self.pi = CategoricalHead(self.width, int(_discrete(spec.action_space).n), net_cfg.ortho_init)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Normalised log-probabilities of every action [N, A] (fp32)."""
-        return self.pi(self.encoder(obs).squeeze(0))
+        """Normalised log-probabilities of every action [N, A] (fp32) of a feed-forward actor."""
+        return self.head(self.encoder(obs).squeeze(0))
+
+    def head(self, features: torch.Tensor) -> torch.Tensor:
+        return self.pi(features)
 
 
 class TwinQDiscrete(nn.Module):
@@ -240,6 +263,27 @@ class TwinQDiscrete(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.baddbmm(self.bias, self.encoder(obs).float(), self.weight)  # [2, N, A]
+
+
+class RecurrentCritic(MemoryNet):
+    """The critics of SAC and TD3 with a memory core, after Ni et al. 2022 ("Recurrent Model-Free RL Can Be a Strong
+    Baseline for Many POMDPs", arXiv:2110.05038): one memory of their own over the observations (encoder → core),
+    then `critics` stacked MLP heads: Q(h, a) [C, N] over [features, action] for Box actions, Q(h, ·) [C, N, A] for
+    Discrete ones."""
+
+    def __init__(self, spec: EnvInfo, net_cfg, critics: int = 2):
+        super().__init__(spec.obs_shape, net_cfg)
+        self.discrete = spec.discrete
+        actions = 0 if spec.discrete else int(_box(spec.action_space).shape[0])
+        outputs = int(_discrete(spec.action_space).n) if spec.discrete else 1
+        self.heads = ENCODERS["mlp"]((self.width + actions,), net_cfg, critics)
+        self.weight, self.bias = twin_linear(self.heads.out_features, outputs, critics)
+
+    def q(self, features: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        """The critics' values at `features` [N, H]: of `actions` [N, A] (Box), or of every action (Discrete)."""
+        inputs = features.float() if actions is None else torch.cat([features.float(), actions.float()], -1)
+        q = torch.baddbmm(self.bias, self.heads(inputs).float(), self.weight)  # [C, N, outputs]
+        return q if self.discrete else q.squeeze(-1)
 
 
 # ---------------------------------------------------------------- acting networks for export: deterministic actions
@@ -284,34 +328,38 @@ class GreedyActorCritic(nn.Module):
         return actions
 
 
-class Greedy(nn.Module):
-    """argmax over a network's per-action outputs (Q-values, log-probabilities); a recurrent Q-network's memory goes
-    in and comes out as flat tensors, as GreedyActorCritic's."""
+class MemoryActing(nn.Module):
+    """A MemoryNet's deterministic action (`act` of its features); a memory core's state goes in and comes out as
+    flat tensors, as GreedyActorCritic's."""
 
-    def __init__(self, net: nn.Module):
+    def __init__(self, net: MemoryNet):
         super().__init__()
         self.net = net
-        self.recurrent = bool(getattr(net, "recurrent", False))
 
     def initial_state(self, batch_size: int) -> list[torch.Tensor]:
-        return list(cast(QNetwork, self.net).initial_state(batch_size) or ()) if self.recurrent else []
+        return list(self.net.initial_state(batch_size) or ()) if self.net.recurrent else []
 
     def forward(self, obs: torch.Tensor, *state: torch.Tensor):
-        if not self.recurrent:
-            return self.net(obs).argmax(-1)
-        q, new = cast(QNetwork, self.net).unroll(obs, tuple(state), None)
-        return (q.argmax(-1), *new)
+        features, new = self.net.features(obs, tuple(state) if self.net.recurrent else None, None)
+        actions = self.act(features)
+        return (actions, *new) if new is not None else actions
+
+    def act(self, features: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
 
-class SquashedMean(nn.Module):
+class Greedy(MemoryActing):
+    """argmax over a network's per-action outputs (Q-values, log-probabilities)."""
+
+    def act(self, features: torch.Tensor) -> torch.Tensor:
+        return cast(QNetwork | CategoricalActor, self.net).head(features).argmax(-1)
+
+
+class SquashedMean(MemoryActing):
     """A SquashedGaussianActor's deterministic action: tanh of its mean, scaled to the bounds."""
 
-    def __init__(self, net: SquashedGaussianActor):
-        super().__init__()
-        self.net = net
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs, True)[0]
+    def act(self, features: torch.Tensor) -> torch.Tensor:
+        return cast(SquashedGaussianActor, self.net).head(features, True)[0]
 
 
 def state_norm(state) -> float:

@@ -1,9 +1,10 @@
 """Cores: where memory lives. One interface, so any core serves any algorithm that takes memory:
 
     initial_state(batch_size) -> state                      # a flat tuple of float tensors, or None
-    forward(x[T, B, D], state, episode_starts[T, B]) -> (y[T, B, H], new_state)
+    forward(x[T, B, D], state, episode_starts[T, B], final_state=True) -> (y[T, B, H], new_state)
 
-`episode_starts` resets memory inside a sequence, so replaying stored sequences equals acting step by step. Every
+`episode_starts` resets memory inside a sequence, so replaying stored sequences equals acting step by step. With
+`final_state=False` the caller will not read the new state, which a core may then return as None (skipping work). Every
 state tensor has the env batch on axis 1 (`s[:, idx]` selects envs) and zeros mean a fresh episode. Each core's
 state shapes: docs/guide/memory-cores.md, "The core interface".
 """

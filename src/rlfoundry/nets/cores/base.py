@@ -50,5 +50,6 @@ class IdentityCore(Core):
     def initial_state(self, batch_size: int) -> None:
         return None
 
-    def forward(self, x: torch.Tensor, state: None, episode_starts: torch.Tensor | None) -> tuple[torch.Tensor, None]:
+    def forward(self, x: torch.Tensor, state: None, episode_starts: torch.Tensor | None,
+                final_state: bool = True) -> tuple[torch.Tensor, None]:
         return x, None

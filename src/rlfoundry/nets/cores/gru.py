@@ -105,10 +105,10 @@ class GRUCore(LSTMCore):
 
     rnn_type = nn.GRU
 
-    def forward(self, x, state, episode_starts):
+    def forward(self, x, state, episode_starts, final_state: bool = True):
         if (x.device.type != "cpu" or self.rnn.num_layers != 1 or len(x) == 1 or not torch.is_grad_enabled()
                 or torch.is_autocast_enabled("cpu")):  # bf16 autocast: nn.GRU, which autocast knows
-            return super().forward(x, state, episode_starts)
+            return super().forward(x, state, episode_starts, final_state)
         keep = None if episode_starts is None else 1 - _starts(episode_starts, x)
         y = _GRUSequence.apply(x, state[0][0], *self._cell_weights(), keep)
         return y, (y[-1:],)

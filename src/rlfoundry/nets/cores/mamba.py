@@ -292,7 +292,7 @@ class MambaCore(Core):
         conv = w.new_zeros(self.conv_width - 1, batch_size, layers, mixer.conv_channels)
         return conv, w.new_zeros(layers, batch_size, *mixer.state_shape)
 
-    def forward(self, x, state, episode_starts):
+    def forward(self, x, state, episode_starts, final_state: bool = True):
         windows, ssm = state
         starts = _starts(episode_starts, x)
         last = None  # no episode start in this call: nothing to mask

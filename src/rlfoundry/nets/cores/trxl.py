@@ -96,7 +96,7 @@ class TrXLCore(Core):
         memory = w.new_zeros(self.memory_length, batch_size, len(self.blocks), self.out_features)
         return memory, w.new_zeros(1, batch_size)
 
-    def forward(self, x, state, episode_starts):
+    def forward(self, x, state, episode_starts, final_state: bool = True):
         memory, length = state
         T, M = len(x), self.memory_length
         last = _last_start(_starts(episode_starts, x))
