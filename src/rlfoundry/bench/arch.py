@@ -1,30 +1,9 @@
 """The architecture benchmark behind `rlfoundry bench arch`: each memory core under each algorithm on each task.
 
-A benchmark is a grid: envs × algorithms × cores × seeds. An (env, algorithm) pair trains one spec (`Pair`):
-ENV:VARIANT as given, else the preset's `ALGO-masked` variant (the POMDP) when it has one, else its `ALGO`
-variant, else ENV:ALGO (the algorithm's defaults for the env's spaces). A given variant wins over --algos: that
-env runs its variant only, under the algorithm the variant names. Every (pair, core) is resolved with
-`load_config`, and each pair's action space checked against its algorithm, before any run starts.
-
-Every run trains in a fresh process, one at a time, so peak memory is that run's own and runs do not compete for
-cores; seed by seed, every (env, algorithm, core) in turn, so that a drift of the machine's speed favours none.
-Each run is an ordinary run directory under `<out>/runs` (registered, resumable, reported); the benchmark then
-reads back what it needs, one row per (env, algorithm, core):
-
-- final return: the evaluation at the end of training; the interquartile mean over seeds with its 95% stratified
-  bootstrap interval (`rlfoundry.studies.stats`: with one seed the interval is the point, with fewer than 4 the
-  IQM trims nothing and is the mean), and the mean ± std over seeds;
-- solved at: the first evaluation step at which the spec's threshold was met (median over the seeds that did);
-- training steps/s: env steps per second of training (acting, env steps and learning; evaluation excluded), and
-  its ratio to the mlp row of the same env and algorithm;
-- inference latency: one `predict` call for a single env, memory carried, median over repeated calls;
-- peak memory: the run's maximum RSS on CPU, or the CUDA allocator's peak on a GPU;
-- parameters: the parameters the agent's optimizers update, each counted once: the actor-critic of PPO, A2C and
-  REINFORCE, DQN's online Q-network, SAC's actor, critics and log α. Target networks are left out: they are
-  copies that follow the trained weights by averaging, not weights of their own.
-
-Overrides apply to every run; one written `ALGO:key=value` (e.g. `dqn:algo.learning_starts=0`) applies to that
-algorithm's runs only, for the settings that exist in one algorithm's section and not in another's.
+A grid of envs × algorithms × cores × seeds, every run an ordinary run directory trained in a fresh process, one
+at a time, seed by seed with every combination in turn (so a drifting machine favours none), all resolved before
+the first starts. The table (return IQM with its interval, steps/s, latency, memory, parameters), how each
+(env, algorithm) picks its spec and the overrides: docs/guide/memory-cores.md, "Architecture benchmark".
 """
 
 from __future__ import annotations
@@ -145,7 +124,8 @@ def check(pairs: list[Pair], cores: list[str], overrides: list[str]) -> None:
 
 
 def trainable_parameters(agent: Any) -> int:
-    """The parameters the agent's optimizers update, each counted once (see the module docstring)."""
+    """The parameters the agent's optimizers update, each counted once: target networks, copies that follow the
+    trained weights by averaging, are not counted."""
     import torch
 
     from rlfoundry.algos.optim import FlatOptimizer
