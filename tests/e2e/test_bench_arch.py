@@ -53,7 +53,7 @@ def test_bench_arch_crosses_algorithms_and_cores(tmp_path):
     assert result.exit_code == 0, result.output
     rows = {(row["algo"], row["core"]): row for row in _rows(out)}
     assert list(rows) == [("ppo", "mlp"), ("ppo", "gru"), ("dqn", "mlp"), ("dqn", "gru")]
-    assert rows["dqn", "gru"]["spec"] == "CartPole-v1:dqn"  # no dqn-masked variant: the preset's dqn
+    assert rows["dqn", "gru"]["spec"] == "CartPole-v1:dqn-masked"  # the POMDP, as ppo-masked for ppo
     for (algo, core), row in rows.items():
         assert row["env"] == "CartPole-v1"
         low, iqm, high = float(row["return_low"]), float(row["return_iqm"]), float(row["return_high"])
@@ -64,7 +64,7 @@ def test_bench_arch_crosses_algorithms_and_cores(tmp_path):
         assert float(rows[algo, "mlp"]["sps_vs_mlp"]) == 1.0  # each algorithm against its own mlp row
         assert int(rows[algo, "gru"]["params"]) > int(rows[algo, "mlp"]["params"])
     # DQN's target network is a copy, not parameters of its own: the count is the online network's
-    assert int(rows["dqn", "mlp"]["params"]) == (4 * 64 + 64) + (64 * 2 + 2)
+    assert int(rows["dqn", "mlp"]["params"]) == (2 * 64 + 64) + (64 * 2 + 2)  # 2 inputs: the velocities hidden
     assert (out / "arch.png").stat().st_size > 10_000
 
 

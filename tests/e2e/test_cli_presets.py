@@ -31,7 +31,7 @@ def test_the_list_is_one_line_per_preset_within_80_columns():
 
 
 def test_a_wide_terminal_shows_every_variant():
-    result = presets(columns=200)
+    result = presets(columns=400)
     cartpole = next(line for line in result.stdout.splitlines() if line.startswith("CartPole-v1 "))
     assert cartpole.split("  ")[-1].split(", ") == list(load_presets()["CartPole-v1"].variants)
 
@@ -39,7 +39,9 @@ def test_a_wide_terminal_shows_every_variant():
 def test_a_filter_keeps_matching_ids_and_variants():
     result = presets("lstm")
     ids = [line.split()[0] for line in result.stdout.splitlines()[1:-1]]
-    assert ids == ["CartPole-v1", "MiniGrid-MemoryS7-v0"], result.stdout
+    popgym = ["AutoencodeEasy", "CountRecallEasy", "NoisyPositionOnlyCartPoleEasy", "PositionOnlyCartPoleEasy",
+              "RepeatPreviousEasy"]
+    assert ids == ["CartPole-v1", "MiniGrid-MemoryS7-v0", *(f"popgym-{name}-v0" for name in popgym)], result.stdout
     assert "no preset matches" in presets("nothing-like-this").stdout
 
 

@@ -32,9 +32,9 @@ def test_a_failure_is_a_result_with_its_reason(tmp_path, monkeypatch):
 
 def test_the_command_prints_a_line_per_variant(tmp_path):
     run = [sys.executable, "-m", "rlfoundry.cli", "presets", "--smoke"]
-    proc = subprocess.run([*run, "Pendulum-v1:sac"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run([*run, "Pendulum-v1:sac-gru"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[0].startswith("pass Pendulum-v1:sac") and "1 of 1 passed" in proc.stdout
+    assert proc.stdout.splitlines()[0].startswith("pass Pendulum-v1:sac-gru") and "1 of 1 passed" in proc.stdout
     nothing = subprocess.run([*run, "no-such-env"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert nothing.returncode == 2 and "no preset variant matches" in nothing.stderr
     assert not list(tmp_path.iterdir())  # runs go to a temporary directory, not ./runs

@@ -268,7 +268,7 @@ class TD3(OffPolicyAgent):
                 "memory_norm": state_norm(after) if self.recurrent else None}
 
     def acting_network(self) -> nn.Module:
-        return MeanAction(self.actor) if self.recurrent else self.actor
+        return MeanAction(self.actor)
 
     def state_dict(self) -> dict[str, Any]:
         return {

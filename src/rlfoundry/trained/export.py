@@ -78,7 +78,7 @@ class Actor(nn.Module):
     def initial_state(self, batch_size: int) -> list[torch.Tensor]:
         """The memory at an episode's start, flat (empty for a feed-forward policy)."""
         initial = getattr(self.net, "initial_state", None)
-        return [] if initial is None else list(initial(batch_size))
+        return [] if initial is None else list(initial(batch_size) or ())
 
     def forward(self, obs: torch.Tensor, *state: torch.Tensor):
         return self.net(self.normalize(obs), *state)
