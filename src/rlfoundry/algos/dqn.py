@@ -126,8 +126,7 @@ class DQN(OffPolicyAgent):
         self.next_target_update = algo.target_update_interval
         self.epsilon = algo.exploration_initial_eps
         runtime.compile_modules(self.q, self.target)
-        # a memory core's sequence step reads episode starts on the host (the core cuts its sequence there)
-        self.graphed_step = runtime.graphed(self.gradient_step) if not self.recurrent else self.gradient_step
+        self.graphed_step = runtime.graphed(self.gradient_step)  # (a memory core's sequence step stays eager)
 
     def act_step(self, obs: torch.Tensor, state: Any = None) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
@@ -250,12 +249,8 @@ class DQN(OffPolicyAgent):
 
     def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
-            if not self.recurrent:
-                q = self.q(obs)[0].float().cpu().numpy()
-                return {"q": q, "value": float(q[int(action)])}
-            state = before if before is not None else self.initial_state(1)
-            q = self.q.unroll(obs, state, None)[0][0].float().cpu().numpy()
-        return {"q": q, "value": float(q[int(action)]), "memory_norm": state_norm(after)}
+            q = self.q.head(self.step_features(self.q, obs, before))[0].float().cpu().numpy()
+        return {"q": q, "value": float(q[int(action)]), "memory_norm": state_norm(after) if self.recurrent else None}
 
     def acting_network(self) -> torch.nn.Module:
         return Greedy(self.q)

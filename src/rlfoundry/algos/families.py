@@ -265,8 +265,9 @@ class OffPolicyAgent(Agent):
         if not self.recurrent:
             return self.acting(tensor)["actions"].cpu().numpy()
         assert isinstance(self.replay, RecurrentReplay) and self.layout is not None
-        starts = torch.as_tensor(self.replay.pending_starts(), device=self.device)
-        state = reset_state(self.acting_state, starts)
+        state, starts = self.acting_state, self.replay.pending_starts()
+        if starts.any():  # most steps begin no episode: nothing to reset
+            state = reset_state(state, torch.as_tensor(starts, device=self.device))
         if self.replay.wants_state():
             self.replay.note_state(self.layout.flatten(state).cpu().numpy())
         out = self.acting(tensor, state)
@@ -300,13 +301,13 @@ class OffPolicyAgent(Agent):
         batch = self.replay.sample(self.sequences, self.rng, beta=beta)
         return batch, self.to_device(*batch[:-1])
 
-    def step_features(self, net: MemoryNet, obs: torch.Tensor, before: Any, index: int = 0) -> torch.Tensor:
-        """A network's features of o_t [1, ...] for the episode inspector, from entry `index` of the memory before
-        the step (a fresh one at an episode's start)."""
+    def step_features(self, net: MemoryNet, obs: torch.Tensor, before: Any, index: int | None = None) -> torch.Tensor:
+        """A network's features of o_t [1, ...] for the episode inspector, from the memory before the step (a fresh
+        one at an episode's start), or its entry `index` where the acting state holds several memories."""
         if not self.recurrent:
             return net.features(obs)[0]
         state = before if before is not None else self.initial_state(1)
-        return net.features(obs, state[index], None)[0]
+        return net.features(obs, state if index is None else state[index], None)[0]
 
     @abstractmethod
     def update(self, progress: float) -> dict[str, torch.Tensor]:
@@ -375,6 +376,19 @@ class OffPolicyAgent(Agent):
         self.obs = None
         if self.layout is not None:  # the envs restart: so does the memory (the replay marks the episode start)
             self.acting_state = self.initial_state(self.spec.num_envs)
+
+
+def actor_critic_memory(actor: MemoryNet, critic: MemoryNet, batch_size: int) -> tuple[Any, Any]:
+    """SAC's and TD3's acting state with a memory core at an episode's start: the actor's memory and the critics'."""
+    return actor.initial_state(batch_size), critic.initial_state(batch_size)
+
+
+def advance_actor_critic(actor: MemoryNet, critic: MemoryNet, obs: torch.Tensor,
+                         state: tuple[Any, Any]) -> tuple[torch.Tensor, tuple[Any, Any]]:
+    """One acting step of both memories (the replay stores both): the actor's features of `obs` and the new
+    state."""
+    features, actor_state = actor.features(obs, state[0], None)
+    return features, (actor_state, critic.features(obs, state[1], None)[1])
 
 
 def unroll_window(net: MemoryNet, obs: torch.Tensor, state: Any, starts: torch.Tensor, burn_in: int) -> torch.Tensor:

@@ -39,7 +39,13 @@ import torch
 from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Iteration, Memory, Runtime, averaged, finish_iteration
-from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig, unroll_window
+from rlfoundry.algos.families import (
+    OffPolicyAgent,
+    OffPolicyConfig,
+    actor_critic_memory,
+    advance_actor_critic,
+    unroll_window,
+)
 from rlfoundry.algos.optim import FlatOptimizer, adam, frozen, load_optimizer_state, optimizer_state, set_lr
 from rlfoundry.buffers.replay import Collected
 from rlfoundry.config.errors import ConfigError
@@ -203,9 +209,10 @@ class SAC(OffPolicyAgent):
             auto_entropy = -float(spec.action_space.shape[0])
             action_shape, action_dtype = spec.action_space.shape, np.float32
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
-        self.replay = self.make_replay(action_shape, action_dtype, initial_state=self.memory_state)
+        memory = partial(actor_critic_memory, self.actor, cast(RecurrentCritic, self.critic)) if self.recurrent else None
+        self.replay = self.make_replay(action_shape, action_dtype, initial_state=memory)
         runtime.compile_modules(self.actor, self.critic, self.critic_target)
-        self.graphed_step = runtime.graphed(self.gradient_step) if not self.recurrent else self.gradient_step
+        self.graphed_step = runtime.graphed(self.gradient_step)  # (a memory core's sequence step stays eager)
         self.pool: ActorPool | None = None  # async: the actor processes, started at the first iteration
         self.owed = 0.0  # async: gradient steps owed for the rows received (the fraction carried over)
         self.gradient_steps_done = 0
@@ -227,17 +234,12 @@ class SAC(OffPolicyAgent):
             self.act(obs)
         return self.random_actions()
 
-    def memory_state(self, batch_size: int) -> tuple[Any, Any]:
-        """A memory core's state at an episode's start: the actor's and the critics' memories."""
-        return self.actor.initial_state(batch_size), cast(RecurrentCritic, self.critic).initial_state(batch_size)
-
     def act_step(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
             if not self.recurrent:
                 return {"actions": actor_actions(self.actor, obs, deterministic)}
-            features, actor_state = self.actor.features(obs, state[0], None)
-            critic_state = cast(RecurrentCritic, self.critic).features(obs, state[1], None)[1]
-            return {"actions": head_actions(self.actor, features, deterministic), "state": (actor_state, critic_state)}
+            features, state = advance_actor_critic(self.actor, cast(RecurrentCritic, self.critic), obs, state)
+            return {"actions": head_actions(self.actor, features, deterministic), "state": state}
 
     def iterate(self, envs, progress: float) -> Iteration:
         if not self.algo.async_actors:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -31,7 +32,13 @@ from pydantic import Field, PositiveInt
 from torch import nn
 
 from rlfoundry.algos.base import Memory, Runtime
-from rlfoundry.algos.families import OffPolicyAgent, OffPolicyConfig, unroll_window
+from rlfoundry.algos.families import (
+    OffPolicyAgent,
+    OffPolicyConfig,
+    actor_critic_memory,
+    advance_actor_critic,
+    unroll_window,
+)
 from rlfoundry.algos.optim import FlatOptimizer, frozen
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
@@ -142,7 +149,8 @@ class TD3(OffPolicyAgent):
         self.critic_opt = FlatOptimizer(self.critic, algo.lr(0.0), algo.adam_eps, None)
         self.actor_target_flat = flatten_parameters(self.actor_target).requires_grad_(False)
         self.critic_target_flat = flatten_parameters(self.critic_target).requires_grad_(False)
-        self.replay = self.make_replay(spec.action_space.shape, np.float32, initial_state=self.memory_state)
+        memory = partial(actor_critic_memory, self.actor, cast(RecurrentCritic, self.critic)) if self.recurrent else None
+        self.replay = self.make_replay(spec.action_space.shape, np.float32, initial_state=memory)
         self.low = torch.as_tensor(spec.action_space.low, dtype=torch.float32, device=device)
         self.high = torch.as_tensor(spec.action_space.high, dtype=torch.float32, device=device)
         self.half_range = (spec.action_space.high - spec.action_space.low) / 2  # the unit of the noises
@@ -233,17 +241,12 @@ class TD3(OffPolicyAgent):
             stats["loss/actor"] = actor_loss.detach().double()
         return stats
 
-    def memory_state(self, batch_size: int) -> tuple[Any, Any]:
-        """A memory core's state at an episode's start: the actor's and the critics' memories."""
-        return self.actor.initial_state(batch_size), cast(RecurrentCritic, self.critic).initial_state(batch_size)
-
     def act_step(self, obs: torch.Tensor, state: Any = None) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
             if not self.recurrent:
                 return {"actions": self.actor(obs)}
-            features, actor_state = self.actor.features(obs, state[0], None)
-            critic_state = cast(RecurrentCritic, self.critic).features(obs, state[1], None)[1]
-            return {"actions": self.actor.head(features), "state": (actor_state, critic_state)}
+            features, state = advance_actor_critic(self.actor, cast(RecurrentCritic, self.critic), obs, state)
+            return {"actions": self.actor.head(features), "state": state}
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
         """μ(s); with exploration noise (from NumPy's global generator, which an evaluation gives a state of its own)

@@ -84,16 +84,16 @@ def plan(envs: str, algos: list[str]) -> list[Pair]:
     return pairs
 
 
+def _scope(text: str) -> str | None:
+    """The algorithm an override is written for (`algo:key=value`), or None for one of every run."""
+    scope, scoped, _ = text.partition("=")[0].partition(":")
+    return scope if scoped else None
+
+
 def overrides_for(overrides: list[str], algo: str) -> list[str]:
     """The overrides of `algo`'s runs, in the order given: the plain ones and those written `algo:key=value`."""
-    chosen = []
-    for text in overrides:
-        scope, scoped, _ = text.partition("=")[0].partition(":")
-        if not scoped:
-            chosen.append(text)
-        elif scope == algo:
-            chosen.append(text[len(scope) + 1:])
-    return chosen
+    return [text if _scope(text) is None else text[len(algo) + 1:] for text in overrides
+            if _scope(text) in (None, algo)]
 
 
 def check(pairs: list[Pair], cores: list[str], overrides: list[str]) -> None:
@@ -105,8 +105,8 @@ def check(pairs: list[Pair], cores: list[str], overrides: list[str]) -> None:
 
     algos = {pair.algo for pair in pairs}
     for text in overrides:
-        scope, scoped, _ = text.partition("=")[0].partition(":")
-        if scoped and scope not in algos:
+        scope = _scope(text)
+        if scope is not None and scope not in algos:
             raise ConfigError(f"override {text!r}: {scope!r} is no algorithm of this benchmark (its algorithms: "
                               f"{', '.join(sorted(algos))}); write ALGO:key=value for one algorithm's runs")
     for pair in pairs:

@@ -46,37 +46,15 @@ def _check_space(env_id: str, space: spaces.Space, what: str) -> None:
 
 def _bounds(space: spaces.Space) -> tuple[np.ndarray, np.ndarray]:
     """The low and high of the flat float32 encoding of `space` (one-hot parts lie in [0, 1])."""
-    if isinstance(space, spaces.Discrete):
-        return np.zeros(int(space.n), np.float32), np.ones(int(space.n), np.float32)
-    if isinstance(space, spaces.MultiDiscrete):
-        size = int(space.nvec.sum())
-        return np.zeros(size, np.float32), np.ones(size, np.float32)
-    if isinstance(space, spaces.MultiBinary):
-        size = int(np.prod(space.shape))
-        return np.zeros(size, np.float32), np.ones(size, np.float32)
-    if isinstance(space, spaces.Box):
-        return space.low.astype(np.float32).ravel(), space.high.astype(np.float32).ravel()
-    assert isinstance(space, spaces.Tuple)  # _check_space refused the rest
-    parts = [_bounds(part) for part in space.spaces]
-    return np.concatenate([low for low, _ in parts]), np.concatenate([high for _, high in parts])
+    flat = spaces.flatten_space(space)
+    assert isinstance(flat, spaces.Box)  # _check_space allows only parts that flatten to a Box
+    return flat.low.astype(np.float32), flat.high.astype(np.float32)
 
 
 def encode(space: spaces.Space, value) -> np.ndarray:
-    """`value` of `space` as a flat float32 vector: one-hot Discrete parts, Boxes as they are, Tuples in order."""
-    if isinstance(space, spaces.Discrete):
-        one_hot = np.zeros(int(space.n), np.float32)
-        one_hot[int(value) - int(space.start)] = 1.0
-        return one_hot
-    if isinstance(space, spaces.MultiDiscrete):
-        nvec = space.nvec.ravel()
-        indices = np.asarray(value, dtype=np.int64).ravel() - np.asarray(space.start).ravel()
-        one_hot = np.zeros(int(nvec.sum()), np.float32)
-        one_hot[np.concatenate(([0], np.cumsum(nvec)[:-1])) + indices] = 1.0
-        return one_hot
-    if isinstance(space, (spaces.MultiBinary, spaces.Box)):
-        return np.asarray(value, dtype=np.float32).ravel()
-    assert isinstance(space, spaces.Tuple)
-    return np.concatenate([encode(part, item) for part, item in zip(space.spaces, value)])
+    """`value` of `space` as a flat float32 vector: Gymnasium's flattening (one-hot Discrete parts and MultiDiscrete
+    entries, Boxes and MultiBinary as they are, Tuples in order)."""
+    return np.asarray(spaces.flatten(space, value), dtype=np.float32)
 
 
 class PopgymObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
