@@ -10,6 +10,7 @@ from rlfoundry.algos.base import Memory, Runtime
 from rlfoundry.algos.registry import algorithm
 from rlfoundry.buffers.recurrent import RecurrentReplay, StateLayout, reset_state
 from rlfoundry.buffers.replay import collect, start_envs
+from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.load import load_config
 from rlfoundry.nets.cores import CORE_SETTINGS, CORES
 
@@ -115,13 +116,17 @@ SMALL = ["network.core_hidden=16", "network.hidden_sizes=[16]", "env.num_envs=2"
          "algo.sequence_length=6", "algo.burn_in=3", "algo.learning_starts=100000", "algo.buffer_size=1000"]
 
 
-@pytest.mark.parametrize("spec, core", [("CartPole-v1:dqn", "lstm"), ("Pendulum-v1:sac", "gru"),
-                                        ("CartPole-v1:sac", "lstm"), ("Pendulum-v1:td3", "lstm")])
-def test_the_replay_stores_the_state_the_acting_networks_had(spec, core):
+SHARED = "algo.shared_memory=true"
+
+
+@pytest.mark.parametrize("spec, core, shared", [("CartPole-v1:dqn", "lstm", ""), ("Pendulum-v1:sac", "gru", ""),
+                                                ("CartPole-v1:sac", "lstm", ""), ("Pendulum-v1:td3", "lstm", ""),
+                                                ("Pendulum-v1:sac", "gru", SHARED), ("Pendulum-v1:td3", "lstm", SHARED)])
+def test_the_replay_stores_the_state_the_acting_networks_had(spec, core, shared):
     """No updates (learning never starts), so the networks are fixed: unrolling them from a fresh state over an env's
     stored stream reproduces, at every sequence start, the state the replay stored (for SAC and TD3 the actor's
-    memory and the critics' own)."""
-    cfg = load_config(spec, [f"network.core={core}", *SMALL])
+    memory and the critics' own, or the one they share)."""
+    cfg = load_config(spec, [f"network.core={core}", *SMALL, *filter(None, [shared])])
     envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
     agent = algorithm(cfg.algo.name)(cfg, spec_info, Runtime.of(cfg.train, "cpu"))
     replay = agent.replay
@@ -131,7 +136,7 @@ def test_the_replay_stores_the_state_the_acting_networks_had(spec, core):
     collect(envs, replay, obs, agent.explore, steps)
     envs.close()
     assert replay.reset_rows[:steps].any()  # episodes ended and began inside the stream
-    nets = [agent.q] if cfg.algo.name == "dqn" else [agent.actor, agent.critic]
+    nets = [agent.q] if cfg.algo.name == "dqn" else [agent.critic] if shared else [agent.actor, agent.critic]
     windows = np.arange(0, steps - replay.window, replay.stride)
     for env in range(2):
         frames = torch.as_tensor(replay.frames[:steps, env])
@@ -151,10 +156,13 @@ def test_the_replay_stores_the_state_the_acting_networks_had(spec, core):
                                                                    env])
 
 
-@pytest.mark.parametrize("spec, core", [("Pendulum-v1:sac", "gru"), ("CartPole-v1:sac", "lstm"),
-                                        ("Pendulum-v1:td3", "mamba"), ("Pendulum-v1:ddpg", "gru")])
-def test_recurrent_actor_critics_update_from_sequences_and_act_from_memory(spec, core):
-    cfg = load_config(spec, [f"network.core={core}", *SMALL[:-2], "algo.learning_starts=0", "algo.batch_size=24"])
+@pytest.mark.parametrize("spec, core, shared", [("Pendulum-v1:sac", "gru", ""), ("CartPole-v1:sac", "lstm", ""),
+                                                ("Pendulum-v1:td3", "mamba", ""), ("Pendulum-v1:ddpg", "gru", ""),
+                                                ("Pendulum-v1:sac", "gru", SHARED), ("CartPole-v1:sac", "lstm", SHARED),
+                                                ("Pendulum-v1:td3", "gru", SHARED)])
+def test_recurrent_actor_critics_update_from_sequences_and_act_from_memory(spec, core, shared):
+    cfg = load_config(spec, [f"network.core={core}", *SMALL[:-2], "algo.learning_starts=0", "algo.batch_size=24",
+                             *filter(None, [shared])])
     envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
     agent, other = (algorithm(cfg.algo.name)(cfg, spec_info, Runtime.of(cfg.train, "cpu")) for _ in range(2))
     agent.obs = start_envs(envs, agent.replay, 1)
@@ -167,6 +175,9 @@ def test_recurrent_actor_critics_update_from_sequences_and_act_from_memory(spec,
     after = [*agent.actor.parameters(), *agent.critic.parameters()]
     moved = [not torch.equal(a, b) for a, b in zip(before, after, strict=True)]
     assert all(moved), "every weight of the actor and the critics (their memories too) learns"
+    if shared:  # one memory, the critics': the actor holds none and acting carries one state
+        assert not any(name.startswith("core.") for name, _ in agent.actor.named_parameters())
+        assert len(agent.acting_state) == 1
     other.load_state_dict(agent.state_dict())  # the acting state and the stored ones travel
     assert torch.equal(other.layout.flatten(other.acting_state), agent.layout.flatten(agent.acting_state))
     obs = np.random.default_rng(0).normal(size=(3, *spec_info.obs_shape)).astype(np.float32)
@@ -215,3 +226,37 @@ def test_a_recurrent_dqn_acts_from_its_memory_in_predict_and_in_its_exported_net
     memory.ended(np.array([False, False, False]))  # env 0's next observation begins an episode
     fresh = agent.predict(obs[0], True, memory)
     assert fresh[0] == actions[0][0]
+
+
+def test_the_shared_memory_trains_by_the_critics_loss_only():
+    """algo.shared_memory: the actor's loss reaches the actor's own layers, never the memory the critics own."""
+    cfg = load_config("Pendulum-v1:sac", ["network.core=gru", *SMALL[:-2], "algo.learning_starts=0",
+                                          "algo.batch_size=24", SHARED])
+    envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
+    agent = algorithm("sac")(cfg, spec_info, Runtime.of(cfg.train, "cpu"))
+    agent.obs = start_envs(envs, agent.replay, 1)
+    collect(envs, agent.replay, agent.obs, agent.explore, 60)
+    envs.close()
+    memory = [p for name, p in agent.critic.named_parameters() if name.startswith(("encoder", "core"))]
+    seen = []
+    steps = agent.critic_opt.update
+    agent.critic_opt.update = lambda loss: (seen.append("critic"), steps(loss))[1]
+    actor_steps = agent.actor_opt.update
+
+    def actor_update(loss):  # the memory's weights have no gradient from the actor's loss
+        grads = torch.autograd.grad(loss, memory, allow_unused=True, retain_graph=True)
+        assert all(g is None for g in grads)
+        seen.append("actor")
+        return actor_steps(loss)
+
+    agent.actor_opt.update = actor_update
+    agent.update(0.5)
+    assert seen == ["critic", "actor"]
+
+
+def test_shared_memory_needs_a_memory_core():
+    cfg = load_config("Pendulum-v1:sac", [SHARED])
+    envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
+    envs.close()
+    with pytest.raises(ConfigError, match="algo.shared_memory = true"):
+        algorithm("sac")(cfg, spec_info, Runtime.of(cfg.train, "cpu"))

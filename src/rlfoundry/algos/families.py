@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import gymnasium
 import numpy as np
 import torch
 from pydantic import Field, PositiveInt
@@ -33,9 +35,10 @@ from rlfoundry.buffers.replay import (
 )
 from rlfoundry.buffers.rollout import Rollout, RolloutCollector
 from rlfoundry.buffers.sequences import SequenceReplay
-from rlfoundry.envs import env_seed, frame_stack
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.envs import EnvInfo, env_seed, frame_stack
 from rlfoundry.nets.heads import CategoricalHead
-from rlfoundry.nets.policy import GreedyActorCritic, MemoryNet, build_actor_critic, state_norm
+from rlfoundry.nets.policy import GreedyActorCritic, MemoryNet, SharedMemory, build_actor_critic, state_norm
 from rlfoundry.world_models.latent import (
     ACTING_KEYS,
     LatentModel,
@@ -301,7 +304,7 @@ class OffPolicyAgent(Agent):
         batch = self.replay.sample(self.sequences, self.rng, beta=beta)
         return batch, self.to_device(*batch[:-1])
 
-    def step_features(self, net: MemoryNet, obs: torch.Tensor, before: Any, index: int | None = None) -> torch.Tensor:
+    def step_features(self, net: MemoryNet | SharedMemory, obs: torch.Tensor, before: Any, index: int | None = None) -> torch.Tensor:
         """A network's features of o_t [1, ...] for the episode inspector, from the memory before the step (a fresh
         one at an episode's start), or its entry `index` where the acting state holds several memories."""
         if not self.recurrent:
@@ -378,17 +381,41 @@ class OffPolicyAgent(Agent):
             self.acting_state = self.initial_state(self.spec.num_envs)
 
 
-def actor_critic_memory(actor: MemoryNet, critic: MemoryNet, batch_size: int) -> tuple[Any, Any]:
-    """SAC's and TD3's acting state with a memory core at an episode's start: the actor's memory and the critics'."""
-    return actor.initial_state(batch_size), critic.initial_state(batch_size)
+SHARED_MEMORY = Field(False, description="Memory cores: the actor reads the critics' memory (one encoder → core, "
+                      "trained by the critics' loss only) instead of a memory of its own; separate memories are what "
+                      "Ni et al. 2022 found steadier.")
 
 
-def advance_actor_critic(actor: MemoryNet, critic: MemoryNet, obs: torch.Tensor,
-                         state: tuple[Any, Any]) -> tuple[torch.Tensor, tuple[Any, Any]]:
-    """One acting step of both memories (the replay stores both): the actor's features of `obs` and the new
-    state."""
-    features, actor_state = actor.features(obs, state[0], None)
-    return features, (actor_state, critic.features(obs, state[1], None)[1])
+def memory_actor(build: Callable[[EnvInfo, Any], MemoryNet], spec: EnvInfo, net_cfg, critic: Any,
+                 shared: bool) -> tuple[MemoryNet, MemoryNet | SharedMemory]:
+    """SAC's or TD3's actor (`build`) and the network that acts: the actor itself, or with `shared` a feed-forward
+    actor over the critics' memory features and SharedMemory(critic, actor)."""
+    if not shared:
+        actor = build(spec, net_cfg)
+        return actor, actor
+    if net_cfg.core == "identity":
+        raise ConfigError("algo.shared_memory = true: shares a memory core between the actor and the critics; with "
+                          "network.core = 'identity' there is none (set network.core, or shared_memory: false)")
+    features = gymnasium.spaces.Box(-np.inf, np.inf, (critic.width,), np.float32)
+    actor = build(dataclasses.replace(spec, observation_space=features),
+                  net_cfg.model_copy(update={"encoder": "mlp", "core": "identity"}))
+    return actor, SharedMemory(critic, actor)
+
+
+def actor_critic_memory(acting: MemoryNet | SharedMemory, critic: MemoryNet | None, batch_size: int) -> tuple:
+    """SAC's and TD3's acting state with a memory core at an episode's start: the acting network's memory and the
+    critics' (`critic`), or the one memory they share (`critic` None)."""
+    return tuple(net.initial_state(batch_size) for net in (acting, critic) if net is not None)
+
+
+def advance_actor_critic(acting: MemoryNet | SharedMemory, critic: MemoryNet | None, obs: torch.Tensor,
+                         state: tuple) -> tuple[torch.Tensor, tuple]:
+    """One acting step of the memories (the replay stores them all): the acting network's features of `obs` and
+    the new state."""
+    features, acting_state = acting.features(obs, state[0], None)
+    if critic is None:
+        return features, (acting_state,)
+    return features, (acting_state, critic.features(obs, state[1], None)[1])
 
 
 def unroll_window(net: MemoryNet, obs: torch.Tensor, state: Any, starts: torch.Tensor, burn_in: int) -> torch.Tensor:

@@ -40,10 +40,12 @@ from pydantic import Field, PositiveInt
 
 from rlfoundry.algos.base import Iteration, Memory, Runtime, averaged, finish_iteration
 from rlfoundry.algos.families import (
+    SHARED_MEMORY,
     OffPolicyAgent,
     OffPolicyConfig,
     actor_critic_memory,
     advance_actor_critic,
+    memory_actor,
     unroll_window,
 )
 from rlfoundry.algos.optim import FlatOptimizer, adam, frozen, load_optimizer_state, optimizer_state, set_lr
@@ -86,6 +88,7 @@ class SACConfig(OffPolicyConfig):
         0, ge=0, description="Actor processes stepping the envs while the learner trains (0: synchronous). "
         "env.num_envs must divide evenly among them. Not bit-reproducible.")
     actor_sync_every: PositiveInt = Field(1, description="Async: gradient steps between weight publications.")
+    shared_memory: bool = SHARED_MEMORY
 
     def check_with(self, num_envs: int) -> None:
         if self.lr.start <= 0:
@@ -189,11 +192,13 @@ class SAC(OffPolicyAgent):
                               f"network.core = '{cfg.network.core}' allowed: 0")
         super().__init__(cfg, spec, runtime)
         device = self.device
-        self.actor = build_actor(spec, cfg.network).to(device)
-        if cfg.network.core != "identity":  # a memory of its own (Ni et al. 2022)
+        if cfg.network.core != "identity":  # a memory of their own (Ni et al. 2022), or the actor's too (shared)
             self.critic: TwinQ | TwinQDiscrete | RecurrentCritic = RecurrentCritic(spec, cfg.network).to(device)
         else:
             self.critic = (TwinQDiscrete if spec.discrete else TwinQ)(spec, cfg.network).to(device)
+        actor, acting_net = memory_actor(build_actor, spec, cfg.network, self.critic, algo.shared_memory)
+        self.actor = cast(CategoricalActor | SquashedGaussianActor, actor.to(device))
+        self.acting_net = acting_net.to(device)
         self.critic_target = copy.deepcopy(self.critic)
         self.actor_opt = FlatOptimizer(self.actor, algo.lr(0.0), algo.adam_eps, None)
         self.critic_opt = FlatOptimizer(self.critic, algo.lr(0.0), algo.adam_eps, None)
@@ -209,7 +214,8 @@ class SAC(OffPolicyAgent):
             auto_entropy = -float(spec.action_space.shape[0])
             action_shape, action_dtype = spec.action_space.shape, np.float32
         self.target_entropy = float(auto_entropy if algo.target_entropy == "auto" else algo.target_entropy)
-        memory = partial(actor_critic_memory, self.actor, cast(RecurrentCritic, self.critic)) if self.recurrent else None
+        self.own_memory = None if algo.shared_memory else cast(RecurrentCritic, self.critic)  # the critics', acting
+        memory = partial(actor_critic_memory, self.acting_net, self.own_memory) if self.recurrent else None
         self.replay = self.make_replay(action_shape, action_dtype, initial_state=memory)
         runtime.compile_modules(self.actor, self.critic, self.critic_target)
         self.graphed_step = runtime.graphed(self.gradient_step)  # (a memory core's sequence step stays eager)
@@ -238,7 +244,7 @@ class SAC(OffPolicyAgent):
         with torch.inference_mode(), self.autocast():
             if not self.recurrent:
                 return {"actions": actor_actions(self.actor, obs, deterministic)}
-            features, state = advance_actor_critic(self.actor, cast(RecurrentCritic, self.critic), obs, state)
+            features, state = advance_actor_critic(self.acting_net, self.own_memory, obs, state)
             return {"actions": head_actions(self.actor, features, deterministic), "state": state}
 
     def iterate(self, envs, progress: float) -> Iteration:
@@ -290,24 +296,29 @@ class SAC(OffPolicyAgent):
                       returns: torch.Tensor, discounts: torch.Tensor, bootstrap: torch.Tensor, mask: torch.Tensor,
                       weights: torch.Tensor) -> dict[str, torch.Tensor]:
         """`soft_step` on replayed sequences (memory cores): the actor and the critics unroll their own memories from
-        their stored states with burn-in, the target critics from the same states over the whole window; the losses
-        then take the features of the real trained steps and of their bootstrap rows."""
+        their stored states with burn-in (or the actor reads the critics' features, without their gradients, when
+        they share one), the target critics from the same states over the whole window; the losses then take the
+        features of the real trained steps and of their bootstrap rows."""
         burn, length = self.algo.burn_in, len(returns)
         obs = obs.flatten(0, 1)
         assert self.layout is not None
-        actor_state, critic_state = self.layout.unflatten(states)
+        memories = self.layout.unflatten(states)  # (the actor's,) the critics' last
         critic, target = cast(RecurrentCritic, self.critic), cast(RecurrentCritic, self.critic_target)
         with self.autocast():
             with torch.no_grad():
-                target_features = unroll_window(target, obs, critic_state, starts, 0)
-            actor_features = unroll_window(self.actor, obs, actor_state, starts, burn)
-            critic_features = unroll_window(critic, obs, critic_state, starts, burn)
+                target_features = unroll_window(target, obs, memories[-1], starts, 0)
+            critic_features = unroll_window(critic, obs, memories[-1], starts, burn)
+            pi: Callable
+            if self.algo.shared_memory:  # the feed-forward actor on the shared features
+                actor_features, pi = critic_features.detach(), self.actor
+            else:
+                actor_features, pi = unroll_window(self.actor, obs, memories[0], starts, burn), self.actor.head
         real = mask.bool()
         envs = torch.arange(starts.shape[1], device=obs.device)
         return self.soft_step(actor_features[:length][real], actor_features.detach()[bootstrap - burn, envs][real],
                               critic_features[:length][real], target_features[bootstrap, envs][real],
-                              actions[burn:burn + length][real], returns[real], discounts[real], self.actor.head,
-                              critic.q, target.q)
+                              actions[burn:burn + length][real], returns[real], discounts[real], pi, critic.q,
+                              target.q)
 
     def soft_step(self, actor_in: torch.Tensor, next_actor_in: torch.Tensor, critic_in: torch.Tensor,
                   next_critic_in: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
@@ -367,10 +378,10 @@ class SAC(OffPolicyAgent):
     def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
         actor = self.actor
         with torch.inference_mode(), self.autocast():
-            features = self.step_features(actor, obs, before, 0)
-            if self.recurrent:  # the critics' values from their own memory
+            features = self.step_features(self.acting_net, obs, before, 0)
+            if self.recurrent:  # the critics' values from their memory (the last of the acting state)
                 critic = cast(RecurrentCritic, self.critic)
-                values = partial(critic.q, self.step_features(critic, obs, before, 1))
+                values = partial(critic.q, self.step_features(critic, obs, before, -1))
             else:
                 values = partial(self.critic, obs)
             if isinstance(actor, CategoricalActor):
@@ -385,7 +396,7 @@ class SAC(OffPolicyAgent):
                 "memory_norm": state_norm(after) if self.recurrent else None}
 
     def acting_network(self) -> torch.nn.Module:
-        return Greedy(self.actor) if isinstance(self.actor, CategoricalActor) else SquashedMean(self.actor)
+        return (Greedy if isinstance(self.actor, CategoricalActor) else SquashedMean)(self.acting_net)
 
     def close(self) -> None:
         if self.pool is not None:

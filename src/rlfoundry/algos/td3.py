@@ -33,10 +33,12 @@ from torch import nn
 
 from rlfoundry.algos.base import Memory, Runtime
 from rlfoundry.algos.families import (
+    SHARED_MEMORY,
     OffPolicyAgent,
     OffPolicyConfig,
     actor_critic_memory,
     advance_actor_critic,
+    memory_actor,
     unroll_window,
 )
 from rlfoundry.algos.optim import FlatOptimizer, frozen
@@ -60,6 +62,7 @@ class TD3Config(OffPolicyConfig):
     target_noise_clip: float = Field(0.5, ge=0, description="The smoothing noise is clipped to ± this.")
     twin_critics: bool = Field(True, description="Two critics and the minimum of their targets (false: one, DDPG).")
     adam_eps: float = Field(1e-8, gt=0, description="Adam ε.")
+    shared_memory: bool = SHARED_MEMORY
 
     @staticmethod
     def defaults_for(observation_space, action_space, env_id: str = "") -> dict[str, Any]:
@@ -137,19 +140,21 @@ class TD3(OffPolicyAgent):
                               "with a deterministic actor on a 1-D Box (for Discrete actions try sac or dqn)")
         super().__init__(cfg, spec, runtime)
         algo, device = self.algo, self.device
-        self.actor = DeterministicActor(spec, cfg.network).to(device)
         critics = 2 if algo.twin_critics else 1
-        if cfg.network.core != "identity":  # a memory of its own (Ni et al. 2022)
+        if cfg.network.core != "identity":  # a memory of their own (Ni et al. 2022), or the actor's too (shared)
             self.critic: TwinQ | RecurrentCritic = RecurrentCritic(spec, cfg.network, critics).to(device)
         else:
             self.critic = TwinQ(spec, cfg.network, critics).to(device)
+        actor, acting_net = memory_actor(DeterministicActor, spec, cfg.network, self.critic, algo.shared_memory)
+        self.actor, self.acting_net = cast(DeterministicActor, actor.to(device)), acting_net.to(device)
         self.actor_target = copy.deepcopy(self.actor)
         self.critic_target = copy.deepcopy(self.critic)
         self.actor_opt = FlatOptimizer(self.actor, algo.lr(0.0), algo.adam_eps, None)
         self.critic_opt = FlatOptimizer(self.critic, algo.lr(0.0), algo.adam_eps, None)
         self.actor_target_flat = flatten_parameters(self.actor_target).requires_grad_(False)
         self.critic_target_flat = flatten_parameters(self.critic_target).requires_grad_(False)
-        memory = partial(actor_critic_memory, self.actor, cast(RecurrentCritic, self.critic)) if self.recurrent else None
+        self.own_memory = None if algo.shared_memory else cast(RecurrentCritic, self.critic)  # the critics', acting
+        memory = partial(actor_critic_memory, self.acting_net, self.own_memory) if self.recurrent else None
         self.replay = self.make_replay(spec.action_space.shape, np.float32, initial_state=memory)
         self.low = torch.as_tensor(spec.action_space.low, dtype=torch.float32, device=device)
         self.high = torch.as_tensor(spec.action_space.high, dtype=torch.float32, device=device)
@@ -193,24 +198,28 @@ class TD3(OffPolicyAgent):
                       states: torch.Tensor, returns: torch.Tensor, discounts: torch.Tensor, bootstrap: torch.Tensor,
                       mask: torch.Tensor, weights: torch.Tensor) -> dict[str, torch.Tensor]:
         """`td3_step` on replayed sequences (memory cores): the actor (when it steps) and the critics unroll their
-        own memories from their stored states with burn-in, the targets from the same states over the whole
-        window; the losses then take the features of the real trained steps and of their bootstrap rows."""
+        own memories from their stored states with burn-in (or the actor reads the critics' features, without their
+        gradients, when they share one), the targets from the same states over the whole window; the losses then
+        take the features of the real trained steps and of their bootstrap rows."""
         burn, length = self.algo.burn_in, len(returns)
         obs = obs.flatten(0, 1)
         assert self.layout is not None
-        actor_state, critic_state = self.layout.unflatten(states)
+        memories = self.layout.unflatten(states)  # (the actor's,) the critics' last
         critic, critic_target = cast(RecurrentCritic, self.critic), cast(RecurrentCritic, self.critic_target)
         real = mask.bool()
         envs = torch.arange(starts.shape[1], device=obs.device)
+        shared = self.algo.shared_memory
         with self.autocast():
             with torch.no_grad():
-                next_actor_in = unroll_window(self.actor_target, obs, actor_state, starts, 0)[bootstrap, envs][real]
-                next_critic_in = unroll_window(critic_target, obs, critic_state, starts, 0)[bootstrap, envs][real]
-            critic_in = unroll_window(critic, obs, critic_state, starts, burn)[:length][real]
-            actor_in = unroll_window(self.actor, obs, actor_state, starts, burn)[:length][real] if actor else None
+                next_critic_in = unroll_window(critic_target, obs, memories[-1], starts, 0)[bootstrap, envs][real]
+                next_actor_in = next_critic_in if shared else \
+                    unroll_window(self.actor_target, obs, memories[0], starts, 0)[bootstrap, envs][real]
+            critic_in = unroll_window(critic, obs, memories[-1], starts, burn)[:length][real]
+            actor_in = None if not actor else critic_in.detach() if shared else \
+                unroll_window(self.actor, obs, memories[0], starts, burn)[:length][real]
+        mu, mu_target = (self.actor, self.actor_target) if shared else (self.actor.head, self.actor_target.head)
         return self.td3_step(actor_in, next_actor_in, critic_in, next_critic_in, actions[burn:burn + length][real],
-                             returns[real], discounts[real], self.actor.head, self.actor_target.head, critic.q,
-                             critic_target.q)
+                             returns[real], discounts[real], mu, mu_target, critic.q, critic_target.q)
 
     def td3_step(self, actor_in: torch.Tensor | None, next_actor_in: torch.Tensor, critic_in: torch.Tensor,
                  next_critic_in: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
@@ -245,7 +254,7 @@ class TD3(OffPolicyAgent):
         with torch.inference_mode(), self.autocast():
             if not self.recurrent:
                 return {"actions": self.actor(obs)}
-            features, state = advance_actor_critic(self.actor, cast(RecurrentCritic, self.critic), obs, state)
+            features, state = advance_actor_critic(self.acting_net, self.own_memory, obs, state)
             return {"actions": self.actor.head(features), "state": state}
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, memory: Memory | None = None) -> np.ndarray:
@@ -259,11 +268,11 @@ class TD3(OffPolicyAgent):
 
     def step_outputs(self, obs: torch.Tensor, action: np.ndarray, before: Any, after: Any) -> dict[str, Any]:
         with torch.inference_mode(), self.autocast():
-            mean = self.actor.head(self.step_features(self.actor, obs, before, 0))[0].float()
+            mean = self.actor.head(self.step_features(self.acting_net, obs, before, 0))[0].float()
             taken = torch.as_tensor(np.asarray(action, dtype=np.float32)[None], device=obs.device)
-            if self.recurrent:  # the critics' values from their own memory
+            if self.recurrent:  # the critics' values from their memory (the last of the acting state)
                 critic = cast(RecurrentCritic, self.critic)
-                q = critic.q(self.step_features(critic, obs, before, 1), taken)
+                q = critic.q(self.step_features(critic, obs, before, -1), taken)
             else:
                 q = self.critic(obs, taken)
             value = float(q.float().amin(0)[0])
@@ -271,7 +280,7 @@ class TD3(OffPolicyAgent):
                 "memory_norm": state_norm(after) if self.recurrent else None}
 
     def acting_network(self) -> nn.Module:
-        return MeanAction(self.actor)
+        return MeanAction(self.acting_net)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from gymnasium import spaces
@@ -286,6 +286,30 @@ class RecurrentCritic(MemoryNet):
         return q if self.discrete else q.squeeze(-1)
 
 
+class SharedMemory(nn.Module):
+    """An actor reading the critics' memory (`algo.shared_memory`): the critics' encoder → core, then `actor`, a
+    feed-forward network over those features. Acting, the inspector and export see one network with `features`,
+    `head` and `initial_state`; the optimisers see its parts (the memory is the critics', trained by their loss)."""
+
+    recurrent = True
+
+    def __init__(self, memory: MemoryNet, actor: MemoryNet):
+        super().__init__()
+        self.memory, self.actor = memory, actor
+        self.width = actor.width
+
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, ...] | None:
+        return self.memory.initial_state(batch_size)
+
+    def features(self, obs: torch.Tensor, state=None, starts: torch.Tensor | None = None, steps: int = 1,
+                 final_state: bool = True):
+        features, state = self.memory.features(obs, state, starts, steps, final_state)
+        return self.actor.features(features)[0], state
+
+    def head(self, features: torch.Tensor, *args: Any):
+        return self.actor.head(features, *args)  # type: ignore[operator]
+
+
 # ---------------------------------------------------------------- acting networks for export: deterministic actions
 # from an observation (already normalised) and the memory as flat tensors, as `Agent.acting_network` returns them.
 
@@ -332,7 +356,7 @@ class MemoryActing(nn.Module):
     """A MemoryNet's deterministic action (`act` of its features); a memory core's state goes in and comes out as
     flat tensors, as GreedyActorCritic's."""
 
-    def __init__(self, net: MemoryNet):
+    def __init__(self, net: MemoryNet | SharedMemory):
         super().__init__()
         self.net = net
 
