@@ -7,8 +7,11 @@ from tests.e2e import test_resume as resume
 
 resume.CASES["lstm"] = ("CartPole-v1:ppo-lstm", 10_240, ["checkpoint.every_steps=2048", "eval.every_steps=4096",
                                                          "eval.episodes=2"], 4_200)
-resume.CASES["dqn-lstm"] = ("CartPole-v1:dqn", 3_072, [
-    "network.core=lstm", "network.core_hidden=16", "network.hidden_sizes=[32]", "env.mask_obs=[1,3]",
+# MountainCar: an unskilled policy's episodes all last 200 steps, so the checkpoint falls mid-episode and the acting
+# state it holds decides the next ~180 steps' actions and stored states (CartPole's short episodes would reset it
+# within a few steps, and a resume that dropped it would pass unnoticed).
+resume.CASES["dqn-lstm"] = ("MountainCar-v0:dqn", 3_072, [
+    "env.num_envs=1", "network.core=lstm", "network.core_hidden=16", "network.hidden_sizes=[32]",
     "algo.prioritized=true", "algo.train_freq=64", "algo.gradient_steps=16", "algo.learning_starts=256",
     "algo.exploration_fraction=0.05", "algo.exploration_final_eps=0",
     "checkpoint.every_steps=512", "eval.every_steps=1024", "eval.episodes=2"], 1_100)
