@@ -101,6 +101,20 @@ def run_status(run_dir: Path) -> str | None:
         return None
 
 
+def file_mode() -> int:
+    """The mode open() gives a new file, 0o666 less the process's umask: mkstemp's temporary files are 0600, which
+    would leave every atomically written record unreadable to a group sharing the runs folder."""
+    try:  # Linux: read it without changing it (os.umask can only set it, racing other threads)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomic(path: Path, content: str | bytes) -> None:
     """Write to a temporary file in the same directory, flush it to disk, then rename over the target:
     readers never see half a file, and a crash (or a full disk) leaves the old one and no temporary file."""
@@ -109,6 +123,7 @@ def write_atomic(path: Path, content: str | bytes) -> None:
     with writing(path):
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
+            os.fchmod(fd, file_mode())
             with open(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()

@@ -13,6 +13,7 @@ from typing import Any
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.records.registry import COLUMNS, RunRecord
+from rlfoundry.records.rundir import file_mode
 
 FORMATS = ("csv", "markdown", "latex")
 # The columns of tables meant for people (list, markdown, latex); csv export has every column.
@@ -94,6 +95,7 @@ def plot_curves(records: list[RunRecord], path: Path) -> tuple[int, list[str]]:
             ax.legend(fontsize="small")
     # Saved beside the target and renamed into place, so an interrupted save leaves no half file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.fchmod(fd, file_mode())
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=120)
