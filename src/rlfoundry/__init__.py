@@ -28,3 +28,7 @@ def __getattr__(name: str) -> Any:  # PEP 562: a lazy attribute of the package
 
         return load_policy
     raise AttributeError(f"module 'rlfoundry' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:  # the lazy attributes too: tab completion and dir() show them before their first use
+    return sorted({*globals(), *__all__})
