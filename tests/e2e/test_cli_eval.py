@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 import rlfoundry
 from rlfoundry.cli.eval import evaluate_run
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.experiment.load import load_config
 
 TINY = ["logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "train.total_timesteps=2048",
         "eval.every_steps=1024", "eval.episodes=2"]
@@ -108,6 +110,21 @@ def test_unusable_input_exits_2_with_one_error_line(copy, case):
 def test_episodes_must_be_positive(trained):
     result = invoke(trained, "--episodes", 0)
     assert result.exit_code == 2 and "--episodes" in result.output
+
+
+@pytest.mark.parametrize("seed", ["-5", "99999999999999999999999"])
+def test_a_seed_outside_what_numpy_takes_exits_2(trained, seed):
+    """eval and play take the seeds train.seed takes, 0 to 2**32 - 1 (NumPy's global seed); beyond, one usage
+    error, not a traceback."""
+    from rlfoundry.cli.play import play
+
+    cli = typer.Typer(pretty_exceptions_enable=False)
+    cli.command("play")(play)
+    cli.command("other")(lambda: None)
+    for result in (invoke(trained, "--seed", seed), CliRunner().invoke(cli, ["play", str(trained), "--seed", seed])):
+        assert result.exit_code == 2 and "--seed" in result.output, result.output
+    with pytest.raises(ConfigError, match="train.seed"):  # and train refuses them as a config error
+        load_config("CartPole-v1:ppo", [f"train.seed={seed}"])
 
 
 def test_eval_video_of_an_atari_run(tmp_path):

@@ -10,6 +10,7 @@ import typer
 
 from rlfoundry.cli.common import fail
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.sections import MAX_SEED
 
 MAX_VIDEOS = 3
 RUN_HELP = "A run directory, @last (the newest run under runs/), a model folder, or hf://ORG/NAME."
@@ -33,7 +34,7 @@ def evaluate_run(
     checkpoint: Annotated[str, typer.Option(help="last, best, or a step directory such as step_000000012288.")] = "last",
     episodes: Annotated[int, typer.Option(min=1, help="Evaluation episodes.")] = 10,
     video: Annotated[bool, typer.Option("--video", help=f"Also write mp4s of up to {MAX_VIDEOS} episodes into RUN/videos.")] = False,
-    seed: Annotated[int | None, typer.Option(help="Evaluation seed (default: the run's train.seed + eval.seed_offset).")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="Evaluation seed (default: the run's train.seed + eval.seed_offset).")] = None,
     num_envs: Annotated[int | None, typer.Option(min=1, help="Evaluation envs (default: min(episodes, 16)).")] = None,
     stochastic: Annotated[bool, typer.Option("--stochastic", help="Sample actions instead of the greedy / mean action.")] = False,
 ) -> None:

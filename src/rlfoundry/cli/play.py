@@ -11,6 +11,7 @@ import typer
 from rlfoundry.cli.common import fail
 from rlfoundry.cli.eval import RUN_HELP, check_checkpoint, video_dir
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.sections import MAX_SEED
 
 
 def play(
@@ -21,7 +22,7 @@ def play(
     render: Annotated[str | None, typer.Option(help="human (a window), video (mp4s), ansi (text) or none "
                                                        "(returns only). Default: a window where a display exists, "
                                                        "else mp4s, else text.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Episode i is reset with seed + i (default: the run's "
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="Episode i is reset with seed + i (default: the run's "
                                                      "train.seed + eval.seed_offset).")] = None,
     out: Annotated[Path | None, typer.Option(help="Where the mp4s go (default: RUN/videos, or ./videos for "
                                                      "a model folder).")] = None,

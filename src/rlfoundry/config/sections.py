@@ -18,6 +18,8 @@ from rlfoundry.config.monitors import MonitorsConfig
 def _positive_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) > 0
 
+MAX_SEED = 2**32 - 1  # NumPy's global seed (np.random.seed) takes no more
+
 
 class MiniGridConfig(StrictModel):
     """Observation options of MiniGrid (and BabyAI) ids; see `rlfoundry.envs.minigrid`."""
@@ -259,7 +261,7 @@ class NetworkConfig(StrictModel):
 
 class TrainConfig(StrictModel):
     total_timesteps: PositiveInt = Field(100_000, description="Environment steps (all envs) to train for.")
-    seed: int = Field(1, ge=0, description="Seeds Python, NumPy, torch and the envs.")
+    seed: int = Field(1, ge=0, le=MAX_SEED, description="Seeds Python, NumPy, torch and the envs.")
     torch_threads: PositiveInt | Literal["auto"] = Field(
         "auto",
         description="torch.set_num_threads. auto: the cores this process may use (its share when "
