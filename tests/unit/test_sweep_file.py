@@ -54,6 +54,7 @@ def invoke(*args: str):
     ({"algo.num_steps": "train.seed"}, ["train.seed", "set by the sweep"]),
     ({"budget: {trials: 4}": "budget: {}"}, ["budget", "trials, minutes"]),
     ({"algo.num_steps": "algoo.num_steps"}, ["algoo", "did you mean 'algo"]),
+    ({"method: tpe": "base: CartPole-v1:a2c\nmethod: tpe"}, ["line 3", "key 'base' given twice (first at line 1)"]),
 ])
 def test_a_bad_sweep_file_exits_2_naming_the_key_and_creates_nothing(tmp_path, monkeypatch, edit, named):
     text = GOOD

@@ -44,13 +44,39 @@ class Preset:
 # ---------------------------------------------------------------- YAML and merging
 
 
+class StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error: PyYAML keeps the last one silently,
+    so a sweep file with two `base:` keys or a preset with two `lr:` would run what its author did not read."""
+
+
+def _mapping_of_unique_keys(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may repeat keys it merges in: YAML allows it
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, typing.Hashable) and key in lines:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key '{key}' given twice (first at line {lines[key]})", key_node.start_mark)
+        lines[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_of_unique_keys)
+
+
+def strict_yaml(text: str) -> Any:
+    """`yaml.safe_load` refusing duplicate keys (a yaml.YAMLError naming the line)."""
+    return yaml.load(text, Loader=StrictLoader)  # a SafeLoader: no Python objects are built
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = strict_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -95,7 +121,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override '{text}' must look like section.key=value, e.g. algo.lr=3e-4")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = strict_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         raise ConfigError(f"override '{text}': cannot parse value {raw!r}") from None
     return key.split("."), value
