@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -124,6 +125,13 @@ def test_train_with_a_seed_list_runs_trials(tmp_path):
     (folder,) = (tmp_path / "runs" / "trials").iterdir()
     assert sorted(p.name for p in (folder / "CartPole-v1_ppo").iterdir()) == ["s3", "s5"]
     assert (folder / "trials.md").is_file()
+    # how to continue it names a command that exists (train has no --out), and that command continues the set
+    hint = next(line for line in text.splitlines() if line.startswith("trials in "))
+    command = shlex.split(hint[hint.index("(rlfoundry ") + 1:hint.rindex(" continues them)")])
+    assert command[:5] == ["rlfoundry", "trials", "CartPole-v1:ppo", "--seeds", "3,5"] and "--out" in command
+    code, again = finish(cli(*command[1:], cwd=tmp_path))
+    assert code == 0, again
+    assert sorted(p.name for p in (folder / "CartPole-v1_ppo").iterdir()) == ["s3", "s5"]
 
 
 @pytest.mark.parametrize("args, message", [

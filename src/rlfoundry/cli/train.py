@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Annotated
 
 import typer
@@ -86,4 +87,6 @@ def _seed_list(spec, seeds: str, overrides: list[str], run_dir, resume, debug, p
         seed_list = parse_seeds(seeds)
     except ConfigError as exc:
         fail(str(exc))
-    run_set([spec], seed_list, overrides, None, None)
+    extra = "".join(f" {shlex.quote(text)}" for text in overrides)
+    run_set([spec], seed_list, overrides, None, None,
+            again=f"rlfoundry trials {shlex.quote(spec)} --seeds {seeds}{extra} --out {{path}} continues them")

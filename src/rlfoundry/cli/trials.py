@@ -38,8 +38,10 @@ def trials(
 
 
 def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: str | None,
-            workers: int | None, backend: str = "local", address: str | None = None) -> None:
-    """Run the set with one progress display, then print where its report is; `train --seed 1,2,3` comes here too."""
+            workers: int | None, backend: str = "local", address: str | None = None,
+            again: str = "the same --out again continues them") -> None:
+    """Run the set with one progress display, then print where its report is; `train --seed 1,2,3` comes here too
+    (`again`: how to continue the set, `{path}` its directory)."""
     from rlfoundry.studies.trials import default_out, run_trials
 
     try:
@@ -47,7 +49,7 @@ def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: s
     except ConfigError as exc:
         fail(str(exc))
     console = err()
-    console.print(f"trials in {path}  (the same --out again continues them)", highlight=False)
+    console.print(f"trials in {path}  ({again.replace('{path}', str(path))})", highlight=False)
     bar = Progress(TextColumn("trials"), BarColumn(), TextColumn("{task.fields[state]}"), console=console,
                    transient=False)
     started = time.monotonic()
