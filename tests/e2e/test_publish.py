@@ -16,6 +16,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 import typer
+import yaml
 from typer.testing import CliRunner
 
 import rlfoundry
@@ -56,7 +57,8 @@ def one_error_line(result, code: int, message: str) -> None:
 
 @pytest.fixture(scope="module")
 def cartpole(tmp_path_factory) -> Path:
-    run_dir, _ = rlfoundry.train("CartPole-v1:ppo", TINY, tmp_path_factory.mktemp("publish") / "run")
+    root = tmp_path_factory.mktemp("publish")  # an absolute runs_root, which the published config must not keep
+    run_dir, _ = rlfoundry.train("CartPole-v1:ppo", [*TINY, f"logging.runs_root={root / 'runs'}"], root / "run")
     return run_dir
 
 
@@ -187,7 +189,9 @@ def test_folder_holds_the_model_files_and_a_card_the_hub_reads(folder, cartpole)
     assert marker["format"] == "rlfoundry-model" and marker["version"] == 1 and marker["repo"] == REPO
     assert (marker["checkpoint"], marker["checkpoint_dir"], marker["step"]) == ("best", best["step_dir"], best["step"])
     assert marker["reproduce"] == "rlfoundry train config.yaml" and marker["rlfoundry_version"] == rlfoundry.__version__
-    assert (folder / "config.yaml").read_bytes() == (cartpole / "config.yaml").read_bytes()
+    published, own = (yaml.safe_load((path / "config.yaml").read_text()) for path in (folder, cartpole))
+    assert published["logging"].pop("runs_root") == "runs" and own["logging"].pop("runs_root").startswith("/")
+    assert published == own  # the rest as the run resolved it
     assert json.loads((folder / "normalization.json").read_text())["mean"] is None
 
     from safetensors import safe_open

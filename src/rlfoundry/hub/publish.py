@@ -34,6 +34,7 @@ import yaml
 
 from rlfoundry import envs as envs_lib
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.sections import LoggingConfig
 from rlfoundry.hub import MODEL_FORMAT, MODEL_VERSION, is_model_folder, load_policy, local_path, stats_json
 from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.sinks.files import writing
@@ -113,7 +114,7 @@ def build_folder(run: str | Path, out_dir: str | Path, checkpoint: str | None = 
     shutil.rmtree(tmp, ignore_errors=True)  # left by a killed publish with our pid
     tmp.mkdir()
     try:
-        _write(tmp / "config.yaml", (source / "config.yaml").read_bytes())
+        _write(tmp / "config.yaml", shareable_config((source / "config.yaml").read_text()))
         _write_weights(tmp / "model.safetensors", policy)
         _write(tmp / "normalization.json", _json(stats_json(policy.obs_stats)))
         _write(tmp / "rlfoundry.json", _json(marker))
@@ -125,6 +126,16 @@ def build_folder(run: str | Path, out_dir: str | Path, checkpoint: str | None = 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Built(out_dir, returns, policy.step, label, note)
+
+
+def shareable_config(text: str) -> bytes:
+    """The run's config.yaml as a model folder shares it: with `logging.runs_root` back at its default, so that
+    `rlfoundry train config.yaml` from a download writes under the user's ./runs, not the publisher's path."""
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict) or not isinstance(data.get("logging"), dict):
+        return text.encode()
+    data["logging"]["runs_root"] = LoggingConfig.model_fields["runs_root"].default
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None).encode()
 
 
 def _checkpoint_names(source: Path, checkpoint: str | None) -> tuple[str, str | None]:
@@ -279,8 +290,8 @@ Loading reads YAML, JSON and safetensors only: nothing in this repository is exe
 
 ## Reproduce
 
-`config.yaml` is the run's fully resolved config (seed and package versions included). In a download of this
-repository:
+`config.yaml` is the run's fully resolved config (seed and package versions included; `logging.runs_root` back at
+`runs`). In a download of this repository:
 
 ```bash
 {REPRODUCE}
