@@ -168,6 +168,14 @@ def test_inspect_bad_checkpoint_exits_2(trained):
     assert result.stderr.startswith("error: --checkpoint step_9: allowed: best, last, step_")
 
 
+@pytest.mark.parametrize("host, says", [("300.1.1.1", "not an address, nor a name"),
+                                         ("192.0.2.1", "not an address of this machine")])  # TEST-NET-1: nobody's
+def test_a_host_this_machine_cannot_serve_on_exits_2_saying_so(trained, host, says):
+    result = CliRunner().invoke(app, ["inspect", str(trained), "--host", host])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: --host {host}: {says}") and "port" not in result.stderr
+
+
 def test_a_non_local_host_is_said_on_the_page(trained):
     from rlfoundry.inspect.app import Inspector, build_page
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from typing import Annotated
 
@@ -30,6 +31,7 @@ def inspect(
 
     from rlfoundry.inspect.app import Inspector, build_page, is_local, launch
 
+    _check_host(host)
     try:
         inspector = Inspector(run, checkpoint)
         page = build_page(inspector, host)
@@ -42,7 +44,7 @@ def inspect(
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         url = launch(page, host, port)
-    except OSError as exc:  # a busy port, an address this machine does not have
+    except OSError as exc:  # a busy port (the address was checked)
         fail(f"cannot serve on {host}{'' if port is None else f':{port}'}: {exc}", 1)
     try:
         if not is_local(host):
@@ -54,3 +56,18 @@ def inspect(
         pass
     finally:
         page.close()
+
+
+def _check_host(host: str) -> None:
+    """Exit 2 for a --host this machine cannot serve on (no such name, or an address it does not have), before
+    anything loads; the page's server would report it as a busy port."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        fail(f"--host {host}: not an address, nor a name this machine resolves ({exc})", 2)
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address[0], 0))
+        except OSError as exc:
+            fail(f"--host {host}: not an address of this machine ({exc.strerror}); 127.0.0.1 serves this machine "
+                 "only, 0.0.0.0 every network", 2)
