@@ -214,6 +214,23 @@ def test_exported_actors_act_as_the_policy(name, tmp_path):
         np.testing.assert_allclose(from_script, expected, rtol=1e-6, atol=1e-6)
 
 
+def test_a_step_names_its_checkpoint_in_play_export_and_eval(cartpole, tmp_path):
+    """--checkpoint 1024 is step_000000001024 wherever a checkpoint is chosen (publish took it already)."""
+    from rlfoundry.cli.eval import evaluate_run
+
+    step = min(int(p.name.removeprefix("step_")) for p in (cartpole / "checkpoints").glob("step_*"))
+    played = invoke("play", cartpole, "--render", "none", "--episodes", 1, "--checkpoint", step)
+    assert played.exit_code == 0 and f"step {step:,})" in played.stdout.splitlines()[0], played.output
+    exported = invoke("export", cartpole, "--format", "torchscript", "--out", tmp_path / "p.pt", "--checkpoint", step)
+    assert exported.exit_code == 0 and (tmp_path / "p.pt").is_file(), exported.output
+    commands = typer.Typer(pretty_exceptions_enable=False)
+    commands.command("eval")(evaluate_run)
+    commands.command("other")(lambda: None)
+    evaluated = CliRunner().invoke(commands, ["eval", str(cartpole), "--checkpoint", str(step), "--episodes", "1"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert f"(checkpoint step_{step:012d}, step {step:,})" in evaluated.stdout
+
+
 def test_export_command(cartpole, tmp_path):
     result = invoke("export", cartpole, "--format", "torchscript", "--out", tmp_path / "p.pt")
     assert result.exit_code == 0, result.output

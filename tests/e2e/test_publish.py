@@ -430,7 +430,7 @@ def test_eval_and_play_take_an_hf_model(folder, tmp_path, monkeypatch):
     evaluated = CliRunner().invoke(commands, ["eval", f"hf://{REPO}", "--episodes", "2"])
     assert evaluated.exit_code == 0, evaluated.output
     step = json.loads((folder / "rlfoundry.json").read_text())["step"]
-    assert evaluated.stdout.startswith("evaluation return: ") and f"step {step:,})" in evaluated.stdout
+    assert evaluated.stdout.startswith("evaluation return: ") and f"(checkpoint best, step {step:,})" in evaluated.stdout
     played = CliRunner().invoke(commands, ["play", f"hf://{REPO}", "--render", "video", "--episodes", "1"])
     assert played.exit_code == 0, played.output
     assert f"from hf://{REPO}" in played.stdout

@@ -19,7 +19,7 @@ RUN_HELP = "A run directory, @last (the newest run under runs/), a model folder,
 def check_checkpoint(checkpoint: str | None, run: str) -> None:
     """A checkpoint name is a step directory's name, never a path that leaves the run."""
     if checkpoint is not None and (checkpoint in ("", ".", "..") or Path(checkpoint).name != checkpoint):
-        raise ConfigError(f"--checkpoint {checkpoint!r}: allowed: last, best, or a step directory name "
+        raise ConfigError(f"--checkpoint {checkpoint!r}: allowed: last, best, a step (5120) or a step directory name "
                           f"in {Path(run) / 'checkpoints'}")
 
 
@@ -31,7 +31,7 @@ def video_dir(policy) -> Path:
 
 def evaluate_run(
     run: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
-    checkpoint: Annotated[str, typer.Option(help="last, best, or a step directory such as step_000000012288.")] = "last",
+    checkpoint: Annotated[str, typer.Option(help="last, best, a step (12288) or a step directory such as step_000000012288.")] = "last",
     episodes: Annotated[int, typer.Option(min=1, help="Evaluation episodes.")] = 10,
     video: Annotated[bool, typer.Option("--video", help=f"Also write mp4s of up to {MAX_VIDEOS} episodes into RUN/videos.")] = False,
     seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="Evaluation seed (default: the run's train.seed + eval.seed_offset).")] = None,
@@ -63,9 +63,9 @@ def evaluate_run(
     finally:
         envs.close()
     typer.echo(f"evaluation return: {np.mean(returns):.2f} ± {np.std(returns):.2f} over {len(returns)} episodes "
-               f"(checkpoint {checkpoint}, step {policy.step:,})")
+               f"(checkpoint {policy.checkpoint}, step {policy.step:,})")
     if video:
-        _write_videos(policy, video_dir(policy), checkpoint, min(episodes, MAX_VIDEOS), seed, not stochastic)
+        _write_videos(policy, video_dir(policy), policy.checkpoint, min(episodes, MAX_VIDEOS), seed, not stochastic)
 
 
 def _write_videos(policy, directory: Path, checkpoint: str, count: int, seed: int, deterministic: bool) -> None:

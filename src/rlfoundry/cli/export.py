@@ -20,7 +20,7 @@ def export(
                                                          "(torch.jit.load, no rlfoundry needed).")] = "onnx",
     out: Annotated[Path | None, typer.Option(help="The file to write (default: policy.onnx / policy.pt in the "
                                                      "current directory).")] = None,
-    checkpoint: Annotated[str | None, typer.Option(help="best, last, or a step directory (default: best where "
+    checkpoint: Annotated[str | None, typer.Option(help="best, last, a step (12288) or a step directory (default: best where "
                                                             "one was saved, else last).")] = None,
 ) -> None:
     """Write the deterministic actor with the run's observation normalisation folded in (memory cores: the state as

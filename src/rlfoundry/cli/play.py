@@ -16,7 +16,7 @@ from rlfoundry.config.sections import MAX_SEED
 
 def play(
     run: Annotated[str, typer.Argument(metavar="RUN", help=RUN_HELP)],
-    checkpoint: Annotated[str | None, typer.Option(help="best, last, or a step directory (default: best where "
+    checkpoint: Annotated[str | None, typer.Option(help="best, last, a step (12288) or a step directory (default: best where "
                                                             "one was saved, else last).")] = None,
     episodes: Annotated[int, typer.Option(min=1, help="Episodes to play.")] = 3,
     render: Annotated[str | None, typer.Option(help="human (a window), video (mp4s), ansi (text) or none "

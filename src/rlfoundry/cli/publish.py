@@ -40,7 +40,7 @@ def publish(
             name = repo.split("/")[1]
             out_dir = Path(out) if out else (source / "publish" / name if source is not None and not
                                              is_model_folder(source) else Path("publish") / name)
-            built = build_folder(run, out_dir, _checkpoint(checkpoint), episodes or 10, video, repo, overwrite)
+            built = build_folder(run, out_dir, checkpoint, episodes or 10, video, repo, overwrite)
             folder = built.folder
             typer.echo(f"evaluation return: {np.mean(built.returns):.2f} ± {np.std(built.returns):.2f} over "
                        f"{len(built.returns)} episodes (checkpoint {built.checkpoint}, step {built.step:,})")
@@ -64,13 +64,6 @@ def publish(
     except OSError as exc:  # building the folder: a full disk, a read-only directory
         fail(f"cannot build the model folder: {exc}", 1)
     typer.echo(f"uploaded: {url}")
-
-
-def _checkpoint(text: str | None) -> str | None:
-    """`1024` means the step directory of step 1024."""
-    from rlfoundry.run.checkpoint import step_dir_name
-
-    return step_dir_name(int(text)) if text is not None and text.isdigit() else text
 
 
 def _built_folder(folder: Path, repo: str, out, checkpoint, episodes) -> Path:

@@ -84,8 +84,10 @@ def from_model_folder(path: Path, source: str, device: str = "cpu") -> policy_li
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path / 'normalization.json'}: unreadable ({exc})") from None
     weights = read_weights(path / "model.safetensors")
-    return policy_lib.build(run_config(path), weights, read_stats(stats, source), int(marker.get("step", 0)), source,
-                            device)
+    policy = policy_lib.build(run_config(path), weights, read_stats(stats, source), int(marker.get("step", 0)),
+                              source, device)
+    policy.checkpoint = str(marker.get("checkpoint") or "unknown")
+    return policy
 
 
 def stats_json(stats: tuple[np.ndarray, np.ndarray, float] | None) -> dict:

@@ -143,10 +143,7 @@ def _checkpoint_names(source: Path, checkpoint: str | None) -> tuple[str, str | 
     if is_model_folder(source):
         marker = json.loads((source / "rlfoundry.json").read_text())  # read once already by load_policy
         return str(marker.get("checkpoint") or "unknown"), marker.get("checkpoint_dir")
-    path = policy_lib.checkpoint_dir(source, checkpoint)
-    if checkpoint is None:
-        checkpoint = "best" if (source / "checkpoints" / "best.json").is_file() else "last"
-    return checkpoint, path.name
+    return policy_lib.checkpoint_name(source, checkpoint), policy_lib.checkpoint_dir(source, checkpoint).name
 
 
 def _total_steps(source: Path, cfg) -> int:

@@ -48,6 +48,7 @@ class Policy:
     step: int  # the env step the checkpoint was saved at
     source: str  # where it came from, for messages (a run directory, a model folder, hf://ORG/NAME)
     run_dir: Path | None = None  # the run directory it was loaded from; None for a model folder
+    checkpoint: str = "last"  # which: last, best or a step directory (a model folder's: the one it was built from)
 
     def make_env(self, render_mode: str | None = None) -> gym.Env:
         """One env with the run's preprocessing (`rlfoundry.envs.make_single`): its observations go to `act`."""
@@ -113,16 +114,22 @@ class Policy:
         return (actions[0] if single else actions), memory.state
 
 
-def checkpoint_dir(run_dir: Path, which: str | None) -> Path:
-    """A run's checkpoint directory: `which` (last, best or a step directory), or with None the best where one was
-    saved, else the last."""
+def checkpoint_name(run_dir: Path, which: str | None) -> str:
+    """The checkpoint `which` names (last, best, a step directory, or a step number: 5120 is step_000000005120), or
+    with None the best where one was saved, else the last."""
     if which is None:
-        root = Path(run_dir) / "checkpoints"
-        which = "best" if (root / "best.json").is_file() else "last"
+        return "best" if (Path(run_dir) / "checkpoints" / "best.json").is_file() else "last"
+    if which.isdigit():
+        return ckpt.step_dir_name(int(which))
     if which in ("", ".", "..") or Path(which).name != which:
-        raise ckpt.CheckpointError(f"checkpoint {which!r}: allowed: last, best, or a step directory name in "
-                                   f"{Path(run_dir) / 'checkpoints'}")
-    return ckpt.resolve(run_dir, which)
+        raise ckpt.CheckpointError(f"checkpoint {which!r}: allowed: last, best, a step (5120) or a step directory "
+                                   f"name in {Path(run_dir) / 'checkpoints'}")
+    return which
+
+
+def checkpoint_dir(run_dir: Path, which: str | None) -> Path:
+    """A run's checkpoint directory (`checkpoint_name`)."""
+    return ckpt.resolve(run_dir, checkpoint_name(run_dir, which))
 
 
 def from_run(run_dir: str | Path, checkpoint: str | None = None, device: str = "cpu") -> Policy:
@@ -135,7 +142,7 @@ def from_run(run_dir: str | Path, checkpoint: str | None = None, device: str = "
     if "obs_rms_mean" in saved.arrays:
         stats = (saved.arrays["obs_rms_mean"], saved.arrays["obs_rms_var"], float(saved.state["obs_rms_count"]))
     policy = build(run_config(Path(run_dir)), saved.weights, stats, int(saved.state["step"]), str(run_dir), device)
-    policy.run_dir = Path(run_dir)
+    policy.run_dir, policy.checkpoint = Path(run_dir), checkpoint_name(Path(run_dir), checkpoint)
     return policy
 
 
