@@ -22,7 +22,7 @@ def play(
     render: Annotated[str | None, typer.Option(help="human (a window), video (mp4s), ansi (text) or none "
                                                        "(returns only). Default: a window where a display exists, "
                                                        "else mp4s, else text.")] = None,
-    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="Episode i is reset with seed + i (default: the run's "
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="Episode i is reset with env_seed(seed + i), hashed (default: the run's "
                                                      "train.seed + eval.seed_offset).")] = None,
     out: Annotated[Path | None, typer.Option(help="Where the mp4s go (default: RUN/videos, or ./videos for "
                                                      "a model folder).")] = None,
