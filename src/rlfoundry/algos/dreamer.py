@@ -18,7 +18,8 @@ REINFORCE for discrete and continuous actions, the replay value loss, the discou
         one optimizer step on the sum; slow critic ← 0.02 · critic + 0.98 · slow critic
         the posterior states go back into the replay, to start later windows there
 
-Deliberate choices: evaluation with `eval.deterministic` takes the policy's mode (the reference always samples);
+Deliberate choices: evaluation with `eval.deterministic` takes the policy's mode and the posterior latent's
+(the reference always samples both);
 continuous actions are the policy's unclipped samples in [-1, 1] units, clipped and scaled to the env's bounds on
 the way out (the reference's ClipAction and NormalizeAction wrappers). Replay as the reference's
 (`replay.online: True`): each fresh window is served once first, the rest of a batch is uniform
@@ -182,9 +183,11 @@ class Dreamer(LatentAgent):
 
     def act_step(self, obs: torch.Tensor, deter: torch.Tensor, stoch: torch.Tensor, prev: torch.Tensor,
                  starts: torch.Tensor, sample: bool) -> dict[str, torch.Tensor]:
-        """The posterior after `obs`, its features and the policy's actions (sampled, or the mode)."""
+        """The posterior after `obs`, its features and the policy's actions: sampled, or without `sample` the mode of
+        both (the latent's and the policy's), so that a deterministic policy is one: the same observations from the
+        same memory give the same actions."""
         with torch.no_grad():
-            state = observe(self.model, obs, State(deter, stoch), prev, starts)
+            state = observe(self.model, obs, State(deter, stoch), prev, starts, mode=not sample)
             feats = RSSM.features(state)
             dist = self._policy(feats)
             if sample:

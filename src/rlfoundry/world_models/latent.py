@@ -206,10 +206,11 @@ def acting_inputs(model: LatentModel, memory, n: int, action_shape: tuple[int, .
     return state, prev, starts
 
 
-def observe(model: LatentModel, obs: torch.Tensor, state: State, prev: torch.Tensor, starts: torch.Tensor) -> State:
+def observe(model: LatentModel, obs: torch.Tensor, state: State, prev: torch.Tensor, starts: torch.Tensor,
+            mode: bool = False) -> State:
     """The posterior state after observations `obs` [N, ...] (on the device) from `state` and the previous actions,
-    restarted where `starts`; call it without gradients."""
-    return model.rssm.observe_step(state, model.rssm.action_input(prev), model.embed(obs), starts)[0]
+    restarted where `starts`, its latent sampled or with `mode` the most likely; call it without gradients."""
+    return model.rssm.observe_step(state, model.rssm.action_input(prev), model.embed(obs), starts, mode=mode)[0]
 
 
 def acting_arrays(memory, obs: np.ndarray | None) -> dict[str, np.ndarray]:

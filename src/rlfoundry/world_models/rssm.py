@@ -136,18 +136,26 @@ class RSSM(nn.Module):
         mean, std = stats
         return mean + std * torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
 
+    def mode(self, stats: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The most likely latent, flattened: each variable's likeliest class as a one-hot, or the mean."""
+        if self.categorical:
+            return dists.one_hot(stats[0].argmax(-1), self.cfg.classes, stats[0].dtype).flatten(-2)
+        return stats[0]
+
     def kl(self, *stats: torch.Tensor) -> torch.Tensor:
         """KL(p ‖ q) of two stats tuples, given flat as (*p, *q), summed over the latent variables."""
         return dists.categorical_kl(*stats) if self.categorical else dists.gaussian_kl(*stats)
 
     def observe_step(self, state: State, action: torch.Tensor, embed: torch.Tensor, is_first: torch.Tensor,
-                     generator: torch.Generator | None = None) -> tuple[State, tuple[torch.Tensor, ...]]:
+                     generator: torch.Generator | None = None,
+                     mode: bool = False) -> tuple[State, tuple[torch.Tensor, ...]]:
         """One step of observation: state and action [N, ...] (the core's action input) masked where is_first [N],
-        then the core and the posterior of `embed`. -> (the posterior state, the posterior's stats)."""
+        then the core and the posterior of `embed`. -> (the posterior state, sampled or with `mode` its most likely
+        latent; the posterior's stats)."""
         keep = (~is_first).float().unsqueeze(-1)
         deter = self.core(state.deter * keep, state.stoch * keep, action * keep)
         post = self.posterior(deter, embed)
-        return State(deter, self.sample(post, generator)), post
+        return State(deter, self.mode(post) if mode else self.sample(post, generator)), post
 
     def imagine_step(self, state: State, action: torch.Tensor,
                      generator: torch.Generator | None = None) -> tuple[State, tuple[torch.Tensor, ...]]:
