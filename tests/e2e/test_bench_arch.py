@@ -70,7 +70,7 @@ def test_bench_arch_crosses_algorithms_and_cores(tmp_path):
 
 @pytest.mark.parametrize(("algo", "core", "named"), [
     ("dreamer", "lstm", "network.core"),  # DreamerV3 keeps its own recurrent state model: identity only
-    ("dqn", "mlp", "needs Discrete actions"),  # the config resolves; the action space is what DQN cannot take
+    ("dqn", "mlp", "acts in Discrete action spaces"),  # the config resolves; the action space is what DQN cannot take
 ])
 def test_an_impossible_combination_fails_before_training(tmp_path, algo, core, named):
     out = tmp_path / "arch"

@@ -142,6 +142,8 @@ def test_train_with_a_seed_list_runs_trials(tmp_path):
     (["CartPole-v1:ppo", "--workers", "0"], "--workers"),
     (["CartPole-v1:ppo", "train.seed=4"], "train.seed"),
     (["CartPole-v1:ppo", "algo.lrr=1"], "algo.lrr"),
+    # a spec whose agent cannot act in its env stops the set before the others train
+    (["CartPole-v1:ppo", "CartPole-v1:planet"], "CartPole-v1:planet: algo.name = 'planet' acts in Box action spaces"),
 ])
 def test_bad_input_exits_2_and_creates_nothing(tmp_path, args, message):
     code, text = finish(cli("trials", *args, "--out", str(tmp_path / "set"), cwd=tmp_path), timeout=60)

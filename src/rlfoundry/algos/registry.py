@@ -90,6 +90,21 @@ def algorithm(name: str) -> type[Agent]:
     return found[name]
 
 
+def check_actions(cfg) -> None:
+    """A ConfigError, before anything trains, when `cfg`'s algorithm acts in one kind of action space (`Agent.actions`)
+    and its env has another; the env is built once to read its spaces. What `trials` and `bench arch` check for every
+    spec first, so that one impossible spec stops the set before the others train."""
+    from rlfoundry.envs import make_kwargs, probe_spaces
+
+    needed = algorithm(cfg.algo.name).actions
+    if needed is None:
+        return
+    _, action_space = probe_spaces(cfg.env.id, make_kwargs(cfg.env), cfg.env)
+    if type(action_space).__name__ != needed:
+        raise ConfigError(f"algo.name = '{cfg.algo.name}' acts in {needed} action spaces; {cfg.env.id} has "
+                          f"{action_space}")
+
+
 def known_monitor_keys() -> set[str]:
     """Every metric key some algorithm monitors by default (the near misses a monitor override is checked for)."""
     return {key for cls in algorithms().values() for key in cls.monitors}

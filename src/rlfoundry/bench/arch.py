@@ -99,8 +99,7 @@ def overrides_for(overrides: list[str], algo: str) -> list[str]:
 def check(pairs: list[Pair], cores: list[str], overrides: list[str]) -> None:
     """Resolve every (pair, core) as its runs will, and check each pair's action space: a ConfigError before any
     run starts for the first impossible one."""
-    from rlfoundry.algos.registry import algorithm
-    from rlfoundry.envs import make_kwargs, probe_spaces
+    from rlfoundry.algos.registry import check_actions
     from rlfoundry.experiment.load import load_config
 
     algos = {pair.algo for pair in pairs}
@@ -115,12 +114,10 @@ def check(pairs: list[Pair], cores: list[str], overrides: list[str]) -> None:
             if cfg.algo.name != pair.algo:
                 raise ConfigError(f"{pair.spec}: algo.name = '{cfg.algo.name}' by an override; the benchmark's "
                                   f"algorithms come from --algos or the variant, not from algo.name")
-        needed = algorithm(pair.algo).actions  # agents refuse others when built, in the run: checked here first
-        if needed is not None:
-            _, action_space = probe_spaces(cfg.env.id, make_kwargs(cfg.env), cfg.env)
-            if type(action_space).__name__ != needed:
-                raise ConfigError(f"{pair.spec}: algo.name = '{pair.algo}' needs {needed} actions; {cfg.env.id} has "
-                                  f"{action_space}")
+        try:
+            check_actions(cfg)  # agents refuse others when built, in the run: checked here first
+        except ConfigError as exc:
+            raise ConfigError(f"{pair.spec}: {exc}") from None
 
 
 def trainable_parameters(agent: Any) -> int:

@@ -104,9 +104,15 @@ def plan(specs: list[str], seeds: list[int], overrides: list[str], out: Path) ->
         if any(item.partition("=")[0].strip() == key for item in overrides):
             raise ConfigError(f"trials: {key} is set by trials itself; leave it out of the overrides")
     trials = []
+    from rlfoundry.algos.registry import check_actions
+
     for spec, name in zip(specs, names):
-        budget = load_config(spec, overrides).train.total_timesteps
-        trials += [Trial(spec, seed, out / name / f"s{seed}", budget) for seed in seeds]
+        cfg = load_config(spec, overrides)
+        try:
+            check_actions(cfg)  # a spec whose agent cannot be built stops the set before any run
+        except ConfigError as exc:
+            raise ConfigError(f"{spec}: {exc}") from None
+        trials += [Trial(spec, seed, out / name / f"s{seed}", cfg.train.total_timesteps) for seed in seeds]
     return trials
 
 
