@@ -102,6 +102,27 @@ def test_stopped_run_verifies_its_recorded_steps(run, tmp_path):
     assert "the run recorded 1,024 steps; all of them are verified" in result.stdout
 
 
+def test_a_finished_run_with_its_last_rows_cut_off_is_not_reproduced(run, tmp_path):
+    """summary.json says the run finished at 1,536 steps; metrics.csv was cut after step 1,024: the re-run goes to
+    the end and names the first row the file lacks."""
+    cut = copy_run(run, tmp_path, "finished", rows=4)
+    result = invoke(cut)
+    assert result.exit_code == 1, result.output
+    assert "diverged at step 1,280 after 4 matching rows" in result.stdout
+    assert "the original has no metrics row there" in result.stdout
+    assert "summary.json says the run finished at 1,536: its last rows are missing" in result.stdout
+
+
+def test_last_finds_runs_that_trials_and_sweeps_keep_in_folders(run, tmp_path):
+    root = tmp_path / "other-runs"
+    nested = root / "trials" / "20261129_set" / "CartPole-v1_ppo"
+    nested.mkdir(parents=True)
+    copy = copy_run(run, nested, "finished")
+    result = invoke("@last", "--runs-root", root, "--steps", 300)
+    assert result.exit_code == 0, result.output
+    assert "reproduced: 2 metrics rows (steps 256..512)" in result.stdout and copy.is_dir()
+
+
 @pytest.fixture
 def threads_restored():
     """A re-run sets this process's torch threads: the next tests in this process get their count back."""

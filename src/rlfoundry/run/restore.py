@@ -22,10 +22,12 @@ def run_config(run_dir: Path) -> ExperimentConfig:
 
 def run_named(spec: str | Path, runs_root: str | Path, holding: str, described: str, option: str = "") -> Path:
     """The run directory a command's RUN names: a path, or `@last`, the most recently active run directory under
-    `runs_root` (by its summary.json's time) that holds the file `holding` (ConfigError when none does)."""
+    `runs_root`, at any depth (trials and sweeps keep theirs in folders of their own), by its summary.json's time,
+    that holds the file `holding` (ConfigError when none does)."""
     if str(spec) != "@last":
         return Path(spec)
-    candidates = [path for path in Path(runs_root).glob("*") if (path / holding).is_file()]
+    candidates = [config.parent for config in Path(runs_root).rglob("config.yaml")
+                  if (config.parent / holding).is_file()]
     if not candidates:
         raise ConfigError(f"{option}@last: no run with {described} under {runs_root}/")
     return max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime if (p / "summary.json").exists() else 0)

@@ -20,6 +20,7 @@ and its extensions, threads.
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -84,6 +85,15 @@ def verifiable_run(run: str | Path, runs_root: str | Path = "runs") -> Path:
         raise ConfigError(f"{run_dir}: the run is still running (summary.json); verify it once it has ended "
                           "(a run killed outright stays marked running: `rlfoundry train --resume` it first)")
     return run_dir
+
+
+def _finished_at(run_dir: Path) -> int | None:
+    """The step a finished run's summary.json says it ended at (None for a run that did not finish)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        return int(summary["total_steps"]) if summary.get("status") == "finished" else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def read_metrics(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -175,6 +185,11 @@ def verify(run: str | Path, steps: int | None = None, threads: int | None = None
     recorded = [int(row["global_step"]) for row in rows]
     notes = []
     stop = recorded[-1]
+    finished_at = _finished_at(run_dir)
+    if steps is None and finished_at is not None and finished_at > stop:  # rows cut off: the re-run shows which
+        stop = finished_at
+        notes.append(f"metrics.csv ends at step {recorded[-1]:,}, but summary.json says the run finished at "
+                     f"{finished_at:,}: its last rows are missing")
     if steps is not None and steps > recorded[-1]:
         notes.append(f"--steps {steps:,}: the run recorded {recorded[-1]:,} steps; all of them are verified")
     elif steps is not None:
