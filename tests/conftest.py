@@ -1,4 +1,6 @@
+import importlib
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -7,6 +9,19 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 # Columns that hold measured times; everything else in metrics.csv must repeat exactly under one seed.
 TIMING = ("wall_time", "sps", "sps_run")
+
+
+def _required(modname: str, minversion: str | None = None, reason: str | None = None, *, exc_type=None):
+    """pytest.importorskip under CI: every optional package a test imports is installed there (`make install`: the
+    dev extra and OCAtari), so one that does not import is a broken install, a failure rather than a silent skip."""
+    try:
+        return importlib.import_module(modname)
+    except ImportError as exc:
+        pytest.fail(f"{modname} does not import under CI, where `make install` installs it: {exc}", pytrace=False)
+
+
+if os.environ.get("CI"):  # set by CI services, and by `CI=true bash .ci/run`
+    pytest.importorskip = _required
 
 
 def output_of(process) -> str:
