@@ -57,8 +57,8 @@ def test_a_single_run_has_its_point_as_interval():
     single = np.array([[3.0, 5.0]])
     for estimate in stats.interval_estimates(single).values():
         assert estimate.low == estimate.value == estimate.high
-    p = stats.probability_of_improvement(single, np.array([[1.0, 1.0], [6.0, 6.0]]))
-    assert p.low == p.value == p.high == pytest.approx(0.5)
+    p = stats.probability_of_improvement(single, np.array([[2.0, 2.0]]))  # one run a side
+    assert p.low == p.value == p.high == 1.0
     fractions, low, high = stats.performance_profile(single, [4.0])
     assert fractions[0] == low[0] == high[0] == 0.5
 
@@ -145,6 +145,21 @@ def test_probability_of_improvement_interval_matches_rliables(rliable, runs):
     _, intervals = rliable.library.get_interval_estimates(
         {"xy": [x, y]}, lambda a, b: np.array([rliable.metrics.probability_of_improvement(a, b)]),
         reps=RLIABLE_IMPROVEMENT_REPS)
+    _close((ours.low, ours.high), intervals["xy"])
+
+
+@pytest.mark.parametrize("single_x", [True, False])
+def test_one_run_against_many_resamples_the_many_as_rliable_does(rliable, single_x):
+    """1 run against 10: the single run resamples to itself, the 10 do not, so the interval is wide ([0.3, 0.9]
+    here), not the point (which read as certainty)."""
+    one, many = np.array([[5.0]]), np.random.default_rng(0).normal(5.0, 1.0, size=(10, 1))
+    x, y = (one, many) if single_x else (many, one)
+    ours = stats.probability_of_improvement(x, y, reps=REPS, seed=1)
+    np.random.seed(2)
+    _, intervals = rliable.library.get_interval_estimates(
+        {"xy": [x, y]}, lambda a, b: np.array([rliable.metrics.probability_of_improvement(a, b)]),
+        reps=RLIABLE_IMPROVEMENT_REPS)
+    assert ours.high - ours.low >= 0.5
     _close((ours.low, ours.high), intervals["xy"])
 
 

@@ -201,6 +201,16 @@ def test_one_env_compares_raw_returns(tmp_path):
     assert "divided by" not in md
     # ppo's runs beat dqn's in 8 of the 9 pairs (only 300 < 350 loses): 8/9 = 0.89.
     assert "| `CartPole-v1:ppo` | - | 0.89 [" in md
+    # 3 runs a spec: the IQM trims nothing and says so, and the intervals come with their caveat
+    assert md.count("= mean (nothing trimmed below 4 runs)") == 2
+    assert "With 3 runs in the smallest spec, these intervals are too narrow to lean on" in md
+
+
+def test_enough_runs_need_no_caveat_and_their_iqm_trims(tmp_path):
+    runs = results(tmp_path, "CartPole-v1:ppo", "CartPole-v1", [480.0, 400.0, 300.0, 450.0, 20.0])
+    runs += results(tmp_path, "CartPole-v1:dqn", "CartPole-v1", [350.0, 200.0, 100.0, 90.0, 400.0])
+    md = write_report(tmp_path / "out", runs, reps=200)["md"].read_text()
+    assert "nothing trimmed" not in md and "too narrow to lean on" not in md
 
 
 def test_a_set_where_nothing_finished(tmp_path):

@@ -304,6 +304,8 @@ def _spec_row(spec: str, runs: list[RunResult], reps: int, seed: int) -> str:
     if n:
         estimates = stats.interval_estimates(scores, reps=reps, seed=seed)
         cells = [_estimate(estimates[name], n) for name in ("mean", "median", "iqm")]
+        if not stats.iqm_trims(scores.size):
+            cells[2] = "= mean (nothing trimmed below 4 runs)"
     walls = [run.wall_time_s for run in runs if run.wall_time_s is not None]
     sps = _mean_of([run.sps for run in runs])
     failed = sum(run.status == "failed" for run in runs)
@@ -364,11 +366,27 @@ def _method_lines(reps: int) -> list[str]:
     return [
         "Each run's score is its final evaluation return (the mean return of its last evaluation, "
         "`eval_return_mean` in its summary.json). Over the seeds of a spec: the mean, the median and the "
-        "interquartile mean (IQM: the mean of the middle 50% of runs, robust to an outlier seed), each with a 95% "
+        "interquartile mean (IQM: the mean of the middle 50% of runs, robust to an outlier seed once there are 4 "
+        "runs or more to trim), each with a 95% "
         f"stratified bootstrap percentile confidence interval ({reps:,} resamples). A run that failed, was killed "
         "or never evaluated is left out, not counted as zero; wall time and steps/s are over all runs. Statistics "
         "after " + CITATION + ".",
     ]
+
+
+FEW_RUNS = 5  # below this many runs a side, a bootstrap of P(X > Y) can collapse to a point
+
+
+def _few_runs_lines(comparison: Comparison) -> list[str]:
+    """The caveat the sentence above needs when a spec has few runs: resampling 3 runs that all beat 3 others gives
+    1.00 every time, an interval [1.00, 1.00] that reads as certainty."""
+    few = min(len(scores) for scores in comparison.scores.values())
+    if few >= FEW_RUNS:
+        return []
+    return ["", f"With {few} run{'s' * (few != 1)} in the smallest spec, these intervals are too narrow to lean on: "
+                f"every resample of a few runs can rank them alike, so an interval may shrink to its point (3 runs "
+                f"that all beat 3 others give 1.00 [1.00, 1.00]). Read such a result as no overlap among these seeds, "
+                "not as a settled difference; more seeds make the interval mean what it says."]
 
 
 def _comparison_lines(comparison: Comparison, specs: int) -> list[str]:
@@ -383,7 +401,7 @@ def _comparison_lines(comparison: Comparison, specs: int) -> list[str]:
             "P(X > Y) is the probability that a run of spec X ends above a run of spec Y (ties count one half: the "
             "Mann-Whitney U statistic over the number of pairs), with a 95% bootstrap interval; 0.5 is a tie, and "
             "an interval that excludes 0.5 is a difference the seeds support.",
-            "", *_improvement_table(comparison),
+            *_few_runs_lines(comparison), "", *_improvement_table(comparison),
         ]
     else:
         lines.append("Fewer than two specs have runs that can be compared.")

@@ -57,6 +57,11 @@ def iqm(scores: np.ndarray) -> np.ndarray:
     return scipy.stats.trim_mean(_pooled(scores), 0.25, axis=-1)
 
 
+def iqm_trims(scores: int) -> bool:
+    """Whether the IQM of this many pooled scores trims anything: below 4 it cuts none and is the mean."""
+    return int(0.25 * scores) >= 1
+
+
 ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"mean": mean, "median": median, "iqm": iqm}
 
 
@@ -143,12 +148,23 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray, reps: int = REPS, c
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"x has {x.shape[1]} tasks and y {y.shape[1]}: compare scores on the same tasks")
     value = float(_improvement(x, y))
-    if min(x.shape[0], y.shape[0]) < 2:  # scipy cannot resample a single run; the interval is the point
+    if max(x.shape[0], y.shape[0]) < 2:  # one run a side: nothing to resample, the interval is the point
         return Estimate(value, value, value)
     tasks = x.shape[1]
-    low, high = _interval(_by_task(x) + _by_task(y),
-                          lambda *s, axis: _improvement(_stacked(s[:tasks], axis), _stacked(s[tasks:], axis)),
-                          reps, confidence, seed)
+    if min(x.shape[0], y.shape[0]) < 2:  # a single run resamples to itself (scipy refuses it): hold it fixed
+        single_x = x.shape[0] < 2
+        fixed, varied = (x, y) if single_x else (y, x)
+
+        def against_fixed(*s, axis):
+            resampled = _stacked(s, axis)
+            held = np.broadcast_to(fixed, (*resampled.shape[:-2], *fixed.shape))
+            return _improvement(held, resampled) if single_x else _improvement(resampled, held)
+
+        low, high = _interval(_by_task(varied), against_fixed, reps, confidence, seed)
+    else:
+        low, high = _interval(_by_task(x) + _by_task(y),
+                              lambda *s, axis: _improvement(_stacked(s[:tasks], axis), _stacked(s[tasks:], axis)),
+                              reps, confidence, seed)
     return Estimate(value, float(low), float(high))
 
 
