@@ -1,9 +1,9 @@
 """rlfoundry: deep reinforcement learning from one config.
 
-`rlfoundry.train(...)` is `rlfoundry.run.launch.train`, `rlfoundry.Callback` (the base class of its
-`callbacks`) is `rlfoundry.run.hooks.Callback` and `rlfoundry.load_policy(...)` is
-`rlfoundry.hub.load_policy`, each imported on first use, so that importing a light
-module (say `rlfoundry.config`) does not load torch and every env family.
+`rlfoundry.train(...)` is `rlfoundry.run.launch.train`, `rlfoundry.Callback` (the base class of its `callbacks`)
+is `rlfoundry.run.hooks.Callback`, `rlfoundry.load_policy(...)` is `rlfoundry.hub.load_policy` and
+`rlfoundry.evaluate(...)` is `rlfoundry.hub.evaluation.evaluate`, each imported on first use, so that importing
+a light module (say `rlfoundry.config`) does not load torch and every env family.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Callback", "load_policy", "train", "__version__"]
+__all__ = ["Callback", "evaluate", "load_policy", "train", "__version__"]
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: a lazy attribute of the package
@@ -27,6 +27,10 @@ def __getattr__(name: str) -> Any:  # PEP 562: a lazy attribute of the package
         from rlfoundry.hub import load_policy
 
         return load_policy
+    if name == "evaluate":
+        from rlfoundry.hub.evaluation import evaluate
+
+        return evaluate
     raise AttributeError(f"module 'rlfoundry' has no attribute {name!r}")
 
 

@@ -145,3 +145,17 @@ def test_eval_video_of_an_atari_run(tmp_path):
     with imageio.get_reader(path, format="FFMPEG") as reader:
         shapes = [frame.shape for frame in reader]
     assert len(shapes) == steps + 1 and set(shapes) == {(210, 160, 3)}
+
+
+def test_evaluate_in_python_gives_the_numbers_eval_prints(trained):
+    """rlfoundry.evaluate: SB3's evaluate_policy for a RUN or a loaded policy, the same episodes `eval` plays."""
+    result = rlfoundry.evaluate(trained, episodes=3)
+    printed = invoke(trained, "--episodes", 3).stdout
+    assert f"{result.mean:.2f} ± {result.std:.2f} over 3 episodes (checkpoint last, step 2,048)" in printed
+    assert len(result.returns) == len(result.lengths) == 3 and result.env_id == "CartPole-v1"
+    assert rlfoundry.evaluate(rlfoundry.load_policy(trained, "last"), episodes=3).returns == result.returns
+    other = rlfoundry.evaluate(trained, "CartPole-v0", episodes=2, seed=4, checkpoint="best")
+    assert (other.env_id, other.seed, other.checkpoint) == ("CartPole-v0", 4, "best") and max(other.lengths) <= 200
+    for bad in ({"episodes": 0}, {"seed": -1}, {"num_envs": 0}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            rlfoundry.evaluate(trained, **bad)

@@ -9,7 +9,7 @@ import rlfoundry
 
 def test_dir_lists_the_lazy_public_names():
     names = dir(rlfoundry)
-    assert {"train", "load_policy", "Callback", "__version__"} <= set(names)
+    assert {"train", "load_policy", "evaluate", "Callback", "__version__"} <= set(names)
     assert names == sorted(names)
     assert callable(rlfoundry.train) and callable(rlfoundry.load_policy)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 
 from rlfoundry.cli.common import fail
@@ -39,33 +38,24 @@ def evaluate_run(
     stochastic: Annotated[bool, typer.Option("--stochastic", help="Sample actions instead of the greedy / mean action.")] = False,
 ) -> None:
     """Print a checkpoint's mean ± std evaluation return, and with --video write mp4s of its episodes."""
-    import torch
 
     from rlfoundry.envs import check_renders
     from rlfoundry.hub import load_policy
-    from rlfoundry.run.evaluate import evaluate
+    from rlfoundry.hub.evaluation import evaluate
 
     try:
         check_checkpoint(checkpoint, run)
         policy = load_policy(run, checkpoint)
-        cfg = policy.cfg
-        seed = cfg.train.seed + cfg.eval.seed_offset if seed is None else seed
         if video:
-            check_renders(cfg.env.id)  # before evaluating: an id without video fails at once
-        envs = policy.vector_env(num_envs or min(episodes, 16))
+            check_renders(policy.cfg.env.id)  # before evaluating: an id without video fails at once
+        result = evaluate(policy, episodes=episodes, seed=seed, deterministic=not stochastic, num_envs=num_envs)
     except ConfigError as exc:  # CheckpointError included
         fail(str(exc), 2)
-    torch.manual_seed(seed)  # --stochastic samples with torch: the same seed gives the same episodes
-    try:
-        returns, _ = evaluate(policy.agent, envs, episodes, seed, deterministic=not stochastic)
-    except ConfigError as exc:
-        fail(str(exc), 2)
-    finally:
-        envs.close()
-    typer.echo(f"evaluation return: {np.mean(returns):.2f} ± {np.std(returns):.2f} over {len(returns)} episodes "
-               f"(checkpoint {policy.checkpoint}, step {policy.step:,})")
+    typer.echo(f"evaluation return: {result.mean:.2f} ± {result.std:.2f} over {len(result.returns)} episodes "
+               f"(checkpoint {result.checkpoint}, step {result.step:,})")
     if video:
-        _write_videos(policy, video_dir(policy), policy.checkpoint, min(episodes, MAX_VIDEOS), seed, not stochastic)
+        _write_videos(policy, video_dir(policy), result.checkpoint, min(episodes, MAX_VIDEOS), result.seed,
+                      not stochastic)
 
 
 def _write_videos(policy, directory: Path, checkpoint: str, count: int, seed: int, deterministic: bool) -> None:

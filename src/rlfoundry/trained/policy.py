@@ -54,10 +54,12 @@ class Policy:
         """One env with the run's preprocessing (`rlfoundry.envs.make_single`): its observations go to `act`."""
         return envs_lib.make_single(self.cfg.env, render_mode)
 
-    def vector_env(self, num_envs: int, render_mode: str | None = None):
-        """Evaluation vector envs of the run (`rlfoundry.envs.make(..., evaluation=True)`) with the policy's
-        statistics frozen in: what `agent.predict` takes directly (`rlfoundry eval`)."""
-        envs, _ = envs_lib.make(self.cfg.env, num_envs, evaluation=True, render_mode=render_mode)
+    def vector_env(self, num_envs: int, render_mode: str | None = None, env_id: str | None = None):
+        """Evaluation vector envs of the run (`rlfoundry.envs.make(..., evaluation=True)`), or of another id with the
+        run's env settings, with the policy's statistics frozen in: what `agent.predict` takes directly
+        (`rlfoundry eval`)."""
+        env_cfg = self.cfg.env if env_id in (None, self.cfg.env.id) else self.cfg.env.model_copy(update={"id": env_id})
+        envs, _ = envs_lib.make(env_cfg, num_envs, evaluation=True, render_mode=render_mode)
         if self.obs_stats is not None:
             envs_lib.set_obs_stats(envs, *self.obs_stats)
         return envs
