@@ -63,10 +63,25 @@ def table_ids(stdout: str) -> list[int]:
 def test_list_scans_and_shows_every_run(root):
     result = invoke("list", "--runs-root", root)
     assert result.exit_code == 0, result.output
-    assert result.stdout.count("CartPole-v1") == 3
+    assert result.stdout.count("│ CartPole-v1 ") == 3  # the env column (the dir column names it too)
     assert table_ids(result.stdout) == [1, 2, 3]
     assert (root / DB_NAME).exists()
     assert sorted(ids_by_seed(root)) == list(SEEDS)
+
+
+def test_list_shows_group_directory_and_chosen_config_keys(root):
+    result = invoke("list", "--runs-root", root, "--keys", "algo.lr,train.seed,algo.nope", "--sort", "seed")
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.stdout.splitlines() if "algo.lr" in line)
+    assert all(name in header for name in ("group", "train.seed", "algo.nope", "dir"))
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    for seed, row in zip(SEEDS, rows):
+        cells = [part.strip() for part in row.split("│")[1:-1]]
+        assert cells[-1] in names and cells[-5:-2] == [cells[-5], str(seed), "-"], cells  # dir, seed, missing key
+        assert cells[-5] not in ("0.00", "-")  # the learning rate as written, not rounded away
+    bad = invoke("list", "--runs-root", root, "--keys", " , ")
+    assert bad.exit_code == 2 and "--keys" in bad.output
 
 
 def test_list_filter_and_sort(root):

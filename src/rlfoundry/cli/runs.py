@@ -28,7 +28,17 @@ from rlfoundry.records.registry import (
     select_for_clean,
 )
 from rlfoundry.records.rundir import write_atomic
-from rlfoundry.records.tables import COMPARE_FIELDS, FORMATS, NUMERIC, TABLE_COLUMNS, cell, plot_curves, render
+from rlfoundry.records.tables import (
+    COMPARE_FIELDS,
+    FORMATS,
+    NUMERIC,
+    TABLE_COLUMNS,
+    cell,
+    config_values,
+    plot_curves,
+    render,
+    setting,
+)
 
 runs_app = typer.Typer(
     add_completion=False,
@@ -92,10 +102,15 @@ def _filters(env, algo, variant, status, seed, group) -> dict[str, Any]:
 def list_runs(
     env: EnvFilter = None, algo: AlgoFilter = None, variant: VariantFilter = None, status: StatusFilter = None,
     seed: SeedFilter = None, group: GroupFilter = None, sort: SortKey = "id", descending: Descending = False,
+    keys: Annotated[str | None, typer.Option("--keys", help="Config keys shown as columns, comma-separated (algo.lr,"
+                                                             "algo.gamma): each run's value in its config.yaml.")] = None,
     runs_root: RunsRoot = Path("runs"),
 ) -> None:
-    """List recorded runs (filtered, sorted)."""
+    """List recorded runs (filtered, sorted): what they ran, how they ended, and where their directory is."""
+    shown = [key.strip() for key in (keys or "").split(",") if key.strip()]
     with _user_errors():
+        if keys is not None and not shown:
+            raise ConfigError(f"--keys {keys!r}: give dotted config keys, e.g. algo.lr,algo.gamma")
         registry = _registry(runs_root)
         records = registry.query(_filters(env, algo, variant, status, seed, group), sort, descending)
     if not records:
@@ -104,11 +119,24 @@ def list_runs(
     table = Table(title=f"runs in {escape(str(runs_root))} ({len(records)})")
     for name, title in TABLE_COLUMNS.items():
         table.add_column(title, justify="right" if name in NUMERIC else "left", no_wrap=name in ("id", "env_id"))
+    for key in shown:
+        table.add_column(escape(key), justify="right")
     table.add_column("started", no_wrap=True)
+    table.add_column("dir", overflow="fold")  # under the runs root, whole (to copy)
     for record in records:
         row = record.as_dict()
-        table.add_row(*(escape(cell(name, row[name])) for name in TABLE_COLUMNS), cell("started_at", record.started_at))
+        values = [escape(setting(value)) for value in config_values(record.run_dir, shown)]
+        table.add_row(*(escape(cell(name, row[name])) for name in TABLE_COLUMNS), *values,
+                      cell("started_at", record.started_at), escape(_relative(record.run_dir, runs_root)))
     out().print(table)
+
+
+def _relative(run_dir: str, runs_root: Path) -> str:
+    """A run directory as a path under the runs root where it is one (trials/<set>/<spec>/s1), else in full."""
+    try:
+        return str(Path(run_dir).resolve().relative_to(runs_root.resolve()))
+    except ValueError:
+        return run_dir
 
 
 @runs_app.command("show")

@@ -18,7 +18,8 @@ from rlfoundry.records.rundir import file_mode
 FORMATS = ("csv", "markdown", "latex")
 # The columns of tables meant for people (list, markdown, latex); csv export has every column.
 TABLE_COLUMNS = {
-    "id": "id", "env_id": "env", "algo": "algo", "variant": "variant", "seed": "seed", "status": "status",
+    "id": "id", "env_id": "env", "algo": "algo", "variant": "variant", "seed": "seed", "trial_group": "group",
+    "status": "status",
     "total_steps": "steps", "sps": "steps/s", "train_return_mean": "train return", "eval_return_mean": "eval return",
     "eval_return_std": "eval std", "best_eval_return": "best eval", "solved_at_step": "solved at",
 }
@@ -28,6 +29,36 @@ COMPARE_FIELDS = ("env_id", "algo", "variant", "seed", "status", "total_steps", 
 CURVES = ("eval/return_mean", "train/return_mean")
 NUMERIC = {"id", "seed", "total_steps", "wall_time_s", "sps", "train_return_mean", "eval_return_mean",
            "eval_return_std", "best_eval_return", "solved_at_step"}
+
+
+def config_values(run_dir: str | Path, keys: list[str]) -> list[Any]:
+    """The values of dotted config keys (algo.lr) in a run's config.yaml; None where a key or the file is missing."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        config = None
+    values = []
+    for key in keys:
+        node: Any = config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        values.append(node)
+    return values
+
+
+def setting(value: Any) -> str:
+    """A config value as written (1e-3 stays 1e-3, a schedule its mapping): "-" where it is missing."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        import json
+
+        return json.dumps(value, separators=(", ", ": "))
+    return str(value)
 
 
 def cell(name: str, value: Any) -> str:
