@@ -239,6 +239,8 @@ def _row(pair: Pair, core: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _write_tables(rows: list[dict[str, Any]], pairs: list[Pair], seeds: int, steps: int, out: Path) -> None:
+    from rlfoundry.studies.results import number_text
+
     with (out / "arch.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
@@ -251,9 +253,12 @@ def _write_tables(rows: list[dict[str, Any]], pairs: list[Pair], seeds: int, ste
     for row in rows:
         ratio = f"{row['sps_vs_mlp']:.2f}×" if row["sps_vs_mlp"] else "–"
         solved_at = f"{row['solved_at_median']:,.0f}" if row["solved_at_median"] is not None else "–"
+        # as many decimals as the env's returns call for: POPGym's lie in [-1, 1], CartPole's run to 500
+        scale = max(abs(row[key]) for key in ("return_iqm", "return_low", "return_high", "return_mean"))
+        iqm, low, high, mean, std = (number_text(row[key], scale) for key in
+                                     ("return_iqm", "return_low", "return_high", "return_mean", "return_std"))
         lines.append(
-            f"| {row['env']} | {row['algo']} | {row['core']} | {row['return_iqm']:.1f} [{row['return_low']:.1f}, "
-            f"{row['return_high']:.1f}] | {row['return_mean']:.1f} ± {row['return_std']:.1f} "
+            f"| {row['env']} | {row['algo']} | {row['core']} | {iqm} [{low}, {high}] | {mean} ± {std} "
             f"| {row['solved_runs']}/{row['seeds']} | {solved_at} | {row['sps']:,.0f} | {ratio} "
             f"| {row['latency_ms']:.2f} | {row['peak_memory_mb']:,.0f} | {row['params']:,} |"
         )

@@ -270,7 +270,7 @@ def _decimals(scale: float) -> int:
     return 0 if scale >= 1000 else 1 if scale >= 100 else 2 if scale >= 1 else 3
 
 
-def _num(value: float, scale: float | None = None) -> str:
+def number_text(value: float, scale: float | None = None) -> str:
     """A number with as many decimals as its size (or `scale`'s) calls for: 1,234 · 487.3 · 12.34 · 0.953."""
     digits = _decimals(abs(value) if scale is None else scale)
     return f"{value:,.{digits}f}"
@@ -279,9 +279,9 @@ def _num(value: float, scale: float | None = None) -> str:
 def _estimate(estimate: stats.Estimate, runs: int) -> str:
     """As "487.3 [472.1, 500.0]", the three numbers with the same decimals; one run has no interval."""
     if runs < 2:
-        return f"{_num(estimate.value)} (1 run)"
+        return f"{number_text(estimate.value)} (1 run)"
     scale = max(abs(estimate.value), abs(estimate.low), abs(estimate.high))
-    return f"{_num(estimate.value, scale)} [{_num(estimate.low, scale)}, {_num(estimate.high, scale)}]"
+    return f"{number_text(estimate.value, scale)} [{number_text(estimate.low, scale)}, {number_text(estimate.high, scale)}]"
 
 
 def _duration(seconds: float) -> str:
