@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -10,6 +11,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,40 @@ def git_commit() -> dict[str, Any]:
 def run_name(env_id: str, variant: str, seed: int) -> str:
     env = re.sub(r"[^A-Za-z0-9_.-]+", "-", env_id)
     return f"{time.strftime('%Y%m%d-%H%M%S')}_{env}_{variant}_s{seed}"
+
+
+LOCK = ".lock"  # the file a directory's writer holds an exclusive flock on
+
+
+@contextlib.contextmanager
+def held(folder: Path, refused: str) -> Iterator[None]:
+    """An exclusive lock on `folder` while inside (the directory is created if missing): a second writer gets a
+    ConfigError at once, `refused` its message. The operating system drops the lock with the process, so a
+    run killed with SIGKILL leaves none behind. Directories made here that nothing else was written into (a run
+    refused as bad input) are removed again: bad input leaves nothing behind."""
+    made = [directory for directory in (folder, *folder.parents) if not directory.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / LOCK, "a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(refused) from None
+        yield
+    finally:
+        handle.close()
+        if made and [path.name for path in folder.iterdir()] == [LOCK]:
+            (folder / LOCK).unlink(missing_ok=True)
+            for directory in made:  # the folder, then the parents made for it
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+
+
+def run_lock(run_dir: Path) -> contextlib.AbstractContextManager[None]:
+    """The lock a training process holds on its run directory, from before its first write to its end, so that a
+    second `train --resume` of a run still writing (say, checkpointing after SIGTERM) is refused, exit 2."""
+    return held(Path(run_dir), f"{run_dir}: another process is training in this run directory (wait for it to end, "
+                               "or stop it)")
 
 
 def new_run_dir(runs_root: str, env_id: str, variant: str, seed: int, explicit: str | None) -> Path:

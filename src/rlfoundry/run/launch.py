@@ -10,7 +10,7 @@ from typing import Any
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.load import apply_overrides, load_config, validate
 from rlfoundry.experiment.schema import ExperimentConfig
-from rlfoundry.records.rundir import new_run_dir
+from rlfoundry.records.rundir import new_run_dir, run_lock
 from rlfoundry.run import distributed
 from rlfoundry.run.checkpoint import load, resolve
 from rlfoundry.run.debug import debug_config
@@ -65,16 +65,17 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
         if debug:
             raise ConfigError("--debug starts a new run; it cannot be combined with --resume")
         path = resumable_run(resume)
-        cfg = run_config(path)
-        if cfg.logging.wandb:
-            import_wandb()  # not installed: bad input, before anything is touched
-        checkpoint = load(resolve(path, "last"))  # a corrupt or foreign checkpoint is bad input: exit 2, nothing touched
-        started = (cfg.provenance.processes if cfg.provenance else None) or 1
-        world = group.world if group else nproc or started
-        if world != started:
-            raise ConfigError(f"--resume {resume}: this run was trained with {started} process(es); "
-                              f"resume it with as many (--nproc {started})")
-        return path, _run(cfg, path, console, checkpoint, group, world, stop_at_step, callbacks)
+        with run_lock(path):  # a run still writing (checkpointing after SIGTERM, say) is not resumed beside it
+            cfg = run_config(path)
+            if cfg.logging.wandb:
+                import_wandb()  # not installed: bad input, before anything is touched
+            checkpoint = load(resolve(path, "last"))  # a corrupt or foreign checkpoint: exit 2, nothing touched
+            started = (cfg.provenance.processes if cfg.provenance else None) or 1
+            world = group.world if group else nproc or started
+            if world != started:
+                raise ConfigError(f"--resume {resume}: this run was trained with {started} process(es); "
+                                  f"resume it with as many (--nproc {started})")
+            return path, _run(cfg, path, console, checkpoint, group, world, stop_at_step, callbacks)
     if spec_or_cfg is None:
         raise ConfigError("nothing to train: give a SPEC (ENV_ID:VARIANT or an experiment YAML) or --resume RUN_DIR")
     cfg = _with_sweep(spec_or_cfg, overrides)
@@ -87,7 +88,8 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
     distributed.check(cfg, world)
     path = new_run_dir(cfg.logging.runs_root, cfg.env.id, cfg.variant, cfg.train.seed,
                        None if run_dir is None else str(run_dir))
-    return path, _run(cfg, path, console, None, group, world, stop_at_step, callbacks)
+    with run_lock(path):  # held from the run's first write to its end (the directory is created here)
+        return path, _run(cfg, path, console, None, group, world, stop_at_step, callbacks)
 
 
 def _with_sweep(spec_or_cfg, overrides: list[str] | None) -> ExperimentConfig:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import functools
 import io
 import multiprocessing
@@ -37,25 +36,15 @@ from typing import Protocol, cast
 
 from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.records.rundir import run_status
+from rlfoundry.records.rundir import held, run_status
 from rlfoundry.run.checkpoint import CheckpointError, resolve
 
-LOCK = ".lock"
 STOP_GRACE_S = 60.0  # how long stopping runs may take to write their checkpoint before they are killed
 
 
-@contextlib.contextmanager
-def locked(folder: Path, command: str) -> Iterator[None]:
+def locked(folder: Path, command: str) -> contextlib.AbstractContextManager[None]:
     """One `command` per directory at a time; ConfigError when another holds it."""
-    handle = open(folder / LOCK, "a+")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"--out {folder}: another {command} command is running in it") from None
-        yield
-    finally:
-        handle.close()
+    return held(folder, f"--out {folder}: another {command} command is running in it")
 
 
 @contextlib.contextmanager
