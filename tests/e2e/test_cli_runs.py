@@ -242,3 +242,37 @@ def test_usage_errors_exit_2(root):
         result = invoke(*args, "--runs-root", root)
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output
+
+
+def test_rebuild_after_the_registry_is_garbled_deleted_or_moved(root, tmp_path):
+    invoke("list", "--runs-root", root)  # a registry with the three runs
+    (root / DB_NAME).write_bytes(b"this is not a database" * 100)
+    broken = invoke("list", "--runs-root", root)
+    assert broken.exit_code == 2 and "rlfoundry runs rebuild" in broken.output, broken.output
+    rebuilt = invoke("rebuild", "--runs-root", root)
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "registry rebuilt: 3 run(s) recorded" in rebuilt.stdout and "the old database is kept as" in rebuilt.stdout
+    (aside,) = root.glob(f"{DB_NAME}.*.bak")
+    assert aside.read_bytes().startswith(b"this is not a database")  # kept, never deleted
+    assert table_ids(invoke("list", "--runs-root", root).stdout) == [1, 2, 3]
+    (root / DB_NAME).unlink()
+    assert "3 run(s) recorded" in invoke("rebuild", "--runs-root", root).stdout
+    moved = Path(shutil.move(str(root), tmp_path / "moved"))  # the records now point at the old place
+    rebuilt = invoke("rebuild", "--runs-root", moved)
+    assert rebuilt.exit_code == 0 and "3 run(s) recorded" in rebuilt.stdout
+    assert all(Path(record.run_dir).is_relative_to(moved.resolve()) for record in Registry(moved).query())
+
+
+def test_a_run_with_a_broken_registry_trains_on_and_says_so_once(tmp_path):
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / DB_NAME).write_bytes(b"garbage" * 1000)
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=300)
+    _, summary = rlfoundry.train("CartPole-v1:ppo", [
+        "logging.progress=false", "logging.tensorboard=false", "train.device=cpu", "train.total_timesteps=256",
+        "eval.every_steps=256", "eval.episodes=1", f"logging.runs_root={root}"], console=console)
+    assert summary["status"] == "finished"
+    said = console.file.getvalue()
+    assert said.count("the run trains on without a record") == 1 and "rlfoundry runs rebuild" in said

@@ -68,8 +68,10 @@ def _user_errors() -> Iterator[None]:
         warnings.simplefilter("always", RegistryWarning)
         try:
             yield
-        except (ConfigError, RegistryError) as exc:
+        except ConfigError as exc:
             fail(str(exc))
+        except RegistryError as exc:
+            fail(f"{exc} (`rlfoundry runs rebuild` makes a new one from the run directories, keeping this file)")
         finally:
             for warning in caught:
                 if issubclass(warning.category, RegistryWarning):
@@ -137,6 +139,18 @@ def _relative(run_dir: str, runs_root: Path) -> str:
         return str(Path(run_dir).resolve().relative_to(runs_root.resolve()))
     except ValueError:
         return run_dir
+
+
+@runs_app.command("rebuild")
+def rebuild(runs_root: RunsRoot = Path("runs")) -> None:
+    """Rebuild the registry from the run directories under the runs root, after it was corrupted or the folder
+    moved; the old database is kept beside it (registry.sqlite.<time>.bak). Run ids are given afresh."""
+    if not runs_root.is_dir():
+        fail(f"runs root {runs_root}: no such directory (pass --runs-root DIR)")
+    with _user_errors():
+        aside, ids = Registry(runs_root).rebuild()
+    kept = f"; the old database is kept as {aside}" if aside is not None else ""
+    out().print(f"registry rebuilt: {len(ids)} run(s) recorded from {runs_root}{kept}", highlight=False)
 
 
 @runs_app.command("show")

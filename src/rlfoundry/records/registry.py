@@ -369,6 +369,19 @@ class Registry:
                     ids.append(run_id)
         return ids
 
+    def rebuild(self) -> tuple[Path | None, list[int]]:
+        """A new database from the run directories under the runs root (after corruption, or a runs folder moved
+        with its records pointing at the old place): the old file, with its WAL files, is renamed aside first,
+        never deleted. Returns (where the old one went, or None; the ids recorded). Ids are given afresh."""
+        aside = None
+        if self.path.exists():
+            aside = self.path.with_name(f"{DB_NAME}.{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.bak")
+            for suffix in ("", "-wal", "-shm"):  # the write-ahead log belongs to the old file
+                old = self.path.with_name(self.path.name + suffix)
+                if old.exists():
+                    os.replace(old, aside.with_name(aside.name + suffix))
+        return aside, self.scan()
+
     def _find_run_dirs(self, folder: Path, depth: int) -> Iterator[Path]:
         try:
             with os.scandir(folder) as entries:

@@ -118,6 +118,7 @@ class Trainer:
         self.log = logging.getLogger(f"rlfoundry.run.{id(self)}")
         self.signal = hooks.StopSignal(self.console)  # its handlers are on from the run's start to its recorded end
         self.callbacks = list(callbacks)
+        self.registry_warned = False  # a registry problem is said on the console once
 
     # ------------------------------------------------------------------ files
 
@@ -182,6 +183,11 @@ class Trainer:
             Registry(self.cfg.logging.runs_root).record_run(self.run_dir)
         except RegistryError as exc:
             self.log.warning("run registry: %s", exc)
+            if not self.registry_warned:  # on the console too, once: the run goes on, unrecorded
+                self.registry_warned = True
+                self.console.print(f"[yellow]warning:[/] {escape(str(exc))}; the run trains on without a record "
+                                   f"(`rlfoundry runs rebuild --runs-root {escape(self.cfg.logging.runs_root)}` "
+                                   "rebuilds the registry from the run directories)", highlight=False)
 
     def run(self) -> dict[str, Any]:
         try:
