@@ -20,7 +20,7 @@ def train(
     total_timesteps: Annotated[int | None, typer.Option(envvar="RLFOUNDRY_TOTAL_TIMESTEPS", help="Shortcut for train.total_timesteps=N.")] = None,
     run_dir: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_RUN_DIR", help="Run directory (default: runs/<time>_<env>_<variant>_s<seed>).")] = None,
     device: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_DEVICE", help="auto | cpu | cuda (train.device).")] = None,
-    resume: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_RESUME", help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last.")] = None,
+    resume: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_RESUME", help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last; with --total-timesteps N, a finished run too, to N steps.")] = None,
     debug: Annotated[bool, typer.Option("--debug", envvar="RLFOUNDRY_DEBUG", help="A quick run with debug checks (NaN/inf named where they first appear, anomaly detection), per-layer norms, verbose lines and a profile; a small budget unless one is given.")] = False,
     profile: Annotated[bool, typer.Option("--profile", envvar="RLFOUNDRY_PROFILE", help="Profile a few iterations: profile.json and profile.md in the run directory (train.profile=true).")] = False,
     nproc: Annotated[int | None, typer.Option(envvar="RLFOUNDRY_NPROC", help="One run across N processes of this machine (PPO, A2C, REINFORCE): each steps env.num_envs envs, gradients averaged every update. Under torchrun, leave it out.")] = None,
@@ -37,7 +37,7 @@ def train(
                                                          ("seed", "total_timesteps", "run_dir", "device", "nproc"))
         debug, profile = given.get("debug", False), given.get("profile", False)
     extra = list(overrides or [])
-    for key, value in (("train.total_timesteps", total_timesteps), ("train.device", device)):
+    for key, value in (("train.total_timesteps", None if resume else total_timesteps), ("train.device", device)):
         if value is not None:
             extra.append(f"{key}={value}")
     if seed is not None and "," in seed:
@@ -48,7 +48,8 @@ def train(
     if profile:
         extra.append("train.profile=true")
     try:
-        path, summary = launch(spec, extra, run_dir, console=err(), resume=resume, debug=debug, nproc=nproc)
+        path, summary = launch(spec, extra, run_dir, console=err(), resume=resume, debug=debug, nproc=nproc,
+                               total_timesteps=total_timesteps if resume else None)
     except ConfigError as exc:
         fail(str(exc))
     except RunFailed as exc:

@@ -381,3 +381,5 @@ class Provenance(StrictModel):
     hardware: str | None = None  # the CPU (model, vector extensions), cores and GPU the run started on
     vectorization: str | None = None
     processes: int | None = None  # the run's processes (--nproc, torchrun): a resume runs as many
+    # `train --resume RUN --total-timesteps N` on a run: each extension, {at_step, from_total, to_total, time}
+    continued: list[dict[str, Any]] = Field(default_factory=list)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.load import apply_overrides, load_config, validate
 from rlfoundry.experiment.schema import ExperimentConfig
-from rlfoundry.records.rundir import new_run_dir, run_lock
+from rlfoundry.records.rundir import new_run_dir, run_lock, write_yaml
 from rlfoundry.run import distributed
 from rlfoundry.run.checkpoint import load, resolve
 from rlfoundry.run.debug import debug_config
@@ -23,7 +24,7 @@ from rlfoundry.sinks.wandb import import_wandb, sweep_overrides
 def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | Path | None = None,
           console=None, resume: str | Path | None = None, debug: bool = False,
           nproc: int | None = None, stop_at_step: int | None = None,
-          callbacks: Sequence[Callback] = ()) -> tuple[Path | None, dict[str, Any]]:
+          callbacks: Sequence[Callback] = (), total_timesteps: int | None = None) -> tuple[Path | None, dict[str, Any]]:
     """Train from a SPEC (`ENV_ID:VARIANT` or a YAML path) or an `ExperimentConfig`; or, with `resume`
     (a run directory, or `@last` for the newest run under ./runs), continue a stopped run from its last
     checkpoint with its own config.
@@ -40,6 +41,10 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
 
     `callbacks`: `rlfoundry.Callback`s that see every iteration's metrics row and may stop the run
     (`rlfoundry.run.hooks`); they run in this process, rank 0 of a run across processes.
+
+    `total_timesteps`: with `resume`, train the run on to this many env steps, a finished run too (Stable-Baselines3's
+    `learn(reset_num_timesteps=False)`): its config.yaml takes the new budget, its schedules stretch over it from
+    here on, and its provenance records the extension (`continued`). Without `resume`, train.total_timesteps.
 
     Returns the run directory and its summary. The CLI's `rlfoundry train` calls exactly this.
     Raises `ConfigError` for bad input (nothing created) and `RunFailed` for failures at run time.
@@ -64,20 +69,11 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
             raise ConfigError("--resume continues a run with its own config.yaml: give no SPEC, overrides or --run-dir")
         if debug:
             raise ConfigError("--debug starts a new run; it cannot be combined with --resume")
-        path = resumable_run(resume)
-        with run_lock(path):  # a run still writing (checkpointing after SIGTERM, say) is not resumed beside it
-            cfg = run_config(path)
-            if cfg.logging.wandb:
-                import_wandb()  # not installed: bad input, before anything is touched
-            checkpoint = load(resolve(path, "last"))  # a corrupt or foreign checkpoint: exit 2, nothing touched
-            started = (cfg.provenance.processes if cfg.provenance else None) or 1
-            world = group.world if group else nproc or started
-            if world != started:
-                raise ConfigError(f"--resume {resume}: this run was trained with {started} process(es); "
-                                  f"resume it with as many (--nproc {started})")
-            return path, _run(cfg, path, console, checkpoint, group, world, stop_at_step, callbacks)
+        return _resume(resume, console, group, nproc, stop_at_step, callbacks, total_timesteps)
     if spec_or_cfg is None:
         raise ConfigError("nothing to train: give a SPEC (ENV_ID:VARIANT or an experiment YAML) or --resume RUN_DIR")
+    if total_timesteps is not None:
+        overrides = [*(overrides or []), f"train.total_timesteps={total_timesteps}"]
     cfg = _with_sweep(spec_or_cfg, overrides)
     if cfg.logging.wandb:
         import_wandb()
@@ -90,6 +86,39 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
                        None if run_dir is None else str(run_dir))
     with run_lock(path):  # held from the run's first write to its end (the directory is created here)
         return path, _run(cfg, path, console, None, group, world, stop_at_step, callbacks)
+
+
+def _resume(resume: str | Path, console, group, nproc: int | None, stop_at_step: int | None,
+            callbacks: Sequence[Callback], total_timesteps: int | None) -> tuple[Path, dict[str, Any]]:
+    """`train(resume=...)`: the run continued from its last checkpoint (see `train`)."""
+    path = resumable_run(resume, finished_ok=total_timesteps is not None)
+    with run_lock(path):  # a run still writing (checkpointing after SIGTERM, say) is not resumed beside it
+        cfg = run_config(path)
+        if cfg.logging.wandb:
+            import_wandb()  # not installed: bad input, before anything is touched
+        checkpoint = load(resolve(path, "last"))  # a corrupt or foreign checkpoint: exit 2, nothing touched
+        started = (cfg.provenance.processes if cfg.provenance else None) or 1
+        world = group.world if group else nproc or started
+        if world != started:
+            raise ConfigError(f"--resume {resume}: this run was trained with {started} process(es); "
+                              f"resume it with as many (--nproc {started})")
+        if total_timesteps is not None:
+            cfg = continued(cfg, int(checkpoint.state["step"]), total_timesteps)
+            write_yaml(path / "config.yaml", cfg.model_dump(mode="json", by_alias=True))
+        return path, _run(cfg, path, console, checkpoint, group, world, stop_at_step, callbacks)
+
+
+def continued(cfg: ExperimentConfig, step: int, total: int) -> ExperimentConfig:
+    """The config of a run continued from `step` to `total` env steps, the extension recorded in its provenance."""
+    if total <= step:
+        raise ConfigError(f"--total-timesteps {total:,}: the run has trained {step:,} steps already; give more to "
+                          "continue it")
+    record = {"at_step": step, "from_total": cfg.train.total_timesteps, "to_total": total,
+              "time": datetime.now(UTC).isoformat(timespec="seconds")}
+    provenance = cfg.provenance.model_copy(update={"continued": [*cfg.provenance.continued, record]}) \
+        if cfg.provenance is not None else None
+    return cfg.model_copy(update={"train": cfg.train.model_copy(update={"total_timesteps": total}),
+                                  "provenance": provenance})
 
 
 def _with_sweep(spec_or_cfg, overrides: list[str] | None) -> ExperimentConfig:

@@ -33,13 +33,15 @@ def run_named(spec: str | Path, runs_root: str | Path, holding: str, described: 
     return max(candidates, key=lambda p: (p / "summary.json").stat().st_mtime if (p / "summary.json").exists() else 0)
 
 
-def resumable_run(spec: str | Path, runs_root: str | Path = "runs") -> Path:
+def resumable_run(spec: str | Path, runs_root: str | Path = "runs", finished_ok: bool = False) -> Path:
     """The run directory `--resume` names (`@last`: the most recently active run under `runs_root` that has
-    a checkpoint), checked to be resumable: it has a last checkpoint and did not finish."""
+    a checkpoint), checked to be resumable: it has a last checkpoint and did not finish (`finished_ok`: or did, and
+    is being continued to a larger budget)."""
     run_dir = run_named(spec, runs_root, "checkpoints/last.json", "a checkpoint", "--resume ")
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"--resume {spec}: {run_dir} is not a run directory (no config.yaml)")
     ckpt.resolve(run_dir, "last")  # a clear error when there is no checkpoint to resume from
-    if run_status(run_dir) == "finished":
-        raise ConfigError(f"--resume {spec}: the run in {run_dir} finished; there is nothing to continue")
+    if run_status(run_dir) == "finished" and not finished_ok:
+        raise ConfigError(f"--resume {spec}: the run in {run_dir} finished; there is nothing to continue (add "
+                          "--total-timesteps N to train it on to N steps)")
     return run_dir
