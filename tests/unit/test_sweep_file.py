@@ -184,6 +184,29 @@ def test_pruners_have_rungs_in_env_steps(tmp_path, pruner, name, first_rung):
         assert made._min_resource == first_rung
 
 
+def test_the_parallel_coordinates_plot_shows_pruned_trials_at_their_last_value(tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    from rlfoundry.studies.sweep import distributions
+    from rlfoundry.studies.sweep_report import with_pruned, write_report
+
+    sweep = read_sweep(sweep_file(tmp_path, GOOD))
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"algo.lr": 1e-3, "algo.num_steps": 32},
+                                              distributions=distributions(sweep), value=400.0))
+    for number, lr in enumerate((1e-4, 3e-5)):  # cut short at 2,048 steps, having reported 50 and then 20 + number
+        study.add_trial(optuna.trial.create_trial(
+            params={"algo.lr": lr, "algo.num_steps": 64}, distributions=distributions(sweep), state=TrialState.PRUNED,
+            intermediate_values={1024: 50.0, 2048: 20.0 + number}))
+    shown = with_pruned(study)
+    assert [trial.value for trial in shown.trials] == [400.0, 20.0, 21.0]
+    out = tmp_path / "out"
+    out.mkdir()
+    write_report(out, study, sweep, "CartPole-v1:ppo")  # one completed trial: only the pruned make it a plot
+    assert (out / "parallel.png").stat().st_size > 10_000
+
+
 def test_the_report_of_a_study_names_the_best_trial_its_importances_and_every_trial(tmp_path):
     import optuna
 

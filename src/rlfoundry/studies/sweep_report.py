@@ -175,6 +175,20 @@ def _number(value: float | None) -> str:
 # ---------------------------------------------------------------- plots
 
 
+def with_pruned(study: optuna.Study) -> optuna.Study:
+    """The completed trials and the pruned ones at their last reported value, as one study in memory: Optuna's
+    parallel-coordinates plot draws completed trials only, and the parameters a pruner cut short belong there too."""
+    shown = optuna.create_study(directions=study.directions)
+    for trial in study.get_trials(deepcopy=False):
+        if trial.state == TrialState.COMPLETE:
+            shown.add_trial(trial)
+        elif trial.state == TrialState.PRUNED and trial.intermediate_values:
+            last = trial.intermediate_values[max(trial.intermediate_values)]
+            shown.add_trial(optuna.trial.create_trial(params=trial.params, distributions=trial.distributions,
+                                                      value=last))
+    return shown
+
+
 def _plots(out: Path, study: optuna.Study, complete: int) -> list[str]:
     """Optuna's matplotlib plots as PNGs (the Agg backend: a sweep runs without a display); returns the names."""
     if complete == 0:
@@ -185,10 +199,13 @@ def _plots(out: Path, study: optuna.Study, complete: int) -> list[str]:
     import matplotlib.pyplot as plt
     import optuna.visualization.matplotlib as plots
 
-    makers: dict[str, Callable[[optuna.Study], Any]] = {"history": plots.plot_optimization_history, "parallel": plots.plot_parallel_coordinate}
+    makers: dict[str, Callable[[optuna.Study], Any]] = {
+        "history": plots.plot_optimization_history,
+        "parallel": lambda study: plots.plot_parallel_coordinate(with_pruned(study)),
+    }
     written = []
     for name, make in makers.items():
-        if name == "parallel" and complete < 2:
+        if name == "parallel" and len(with_pruned(study).trials) < 2:
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
