@@ -231,3 +231,14 @@ def test_the_report_of_a_study_names_the_best_trial_its_importances_and_every_tr
     assert (out / "history.png").stat().st_size > 10_000 and (out / "parallel.png").stat().st_size > 10_000
     best = load_config(str(out / "best.yaml"))
     assert best.train.seed == 1 and best.algo.num_steps == 64 and best.algo.lr.start == pytest.approx(10 ** -2.25)
+
+
+def test_a_number_range_on_a_scheduled_key_is_said_before_the_sweep_starts(tmp_path):
+    """CartPole-v1:ppo's lr is lin_1e-3: a float range trains constants instead, and the plan says so (the CLI prints
+    it as a warning); a range on a key the base sets to a number says nothing."""
+    from rlfoundry.studies.sweep import prepare
+
+    (note,) = prepare(sweep_file(tmp_path, GOOD)).notes
+    assert note.startswith("parameters.algo.lr: the base's linear schedule (from 0.001 to 0)") and "choice" in note
+    constant = GOOD.replace("algo.lr: {float: [1.0e-5, 1.0e-2], log: true}", "algo.gamma: {float: [0.9, 0.999]}")
+    assert prepare(sweep_file(tmp_path, constant)).notes == []  # gamma is a number in the base

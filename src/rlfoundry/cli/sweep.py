@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
-from rlfoundry.cli.common import Address, err, fail, out, running_many
+from rlfoundry.cli.common import Address, err, fail, out, running_many, warn
 from rlfoundry.config.errors import ConfigError
 
 
@@ -40,6 +40,8 @@ def sweep(
     except ConfigError as exc:
         fail(str(exc))
     console = err()
+    for note in plan.notes:
+        warn(note)
     bar = Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.fields[state]}"), console=console)
     task: list[TaskID] = []
 

@@ -43,6 +43,7 @@ from rlfoundry.studies.sweep_file import (
     grid_points,
     grid_size,
     read_sweep,
+    replaced_schedules,
     run_args,
     run_dir,
     run_log,
@@ -65,6 +66,7 @@ class Plan:
     sweep: SweepFile
     spec: str
     cfg: ExperimentConfig
+    notes: list[str] = field(default_factory=list)  # what the user should know before it starts (replaced schedules)
 
     @property
     def trial_limit(self) -> int | None:
@@ -125,7 +127,7 @@ def prepare(path: Path) -> Plan:
     if sweep.method == "cmaes" and importlib.util.find_spec("cmaes") is None:
         raise ConfigError(f"sweep file {path}: method cmaes needs the package cmaes (Optuna's CmaEsSampler runs on "
                           "it): pip install cmaes")
-    return Plan(Path(path), sweep, spec, cfg)
+    return Plan(Path(path), sweep, spec, cfg, replaced_schedules(sweep, cfg))
 
 
 def default_out(plan: Plan) -> Path:

@@ -21,6 +21,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, Validati
 
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.schedule import Schedule
 from rlfoundry.experiment.load import SECTIONS, apply_overrides, load_config, read_yaml
 from rlfoundry.experiment.schema import ExperimentConfig
 
@@ -238,6 +239,23 @@ def check_space(sweep: SweepFile, spec: str) -> ExperimentConfig:
     if sweep.budget.trials is None and sweep.budget.minutes is None and sweep.method != "grid":
         raise ConfigError(f"budget: a {sweep.method} search has no end of its own; give trials, minutes or both")
     return cfg
+
+
+def replaced_schedules(sweep: SweepFile, cfg: ExperimentConfig) -> list[str]:
+    """What a number range does to a key the base sets to a schedule (a preset's `lr: lin_1e-3`): every trial trains
+    a constant from the range instead, which the sweep says before it starts rather than silently."""
+    notes = []
+    for key, parameter in sweep.parameters.items():
+        if parameter.float_ is None and parameter.int_ is None:
+            continue
+        node: Any = cfg
+        for part in key.split("."):
+            node = getattr(node, part, None)
+        if isinstance(node, Schedule) and node.kind != "constant":
+            notes.append(f"parameters.{key}: the base's linear schedule (from {node.start:g} to {node.end:g}) is "
+                         "replaced by a constant from the range in every trial; to search schedules, give a choice "
+                         "of them ({choice: [lin_3e-4, lin_1e-3]})")
+    return notes
 
 
 def grid_points(parameter: Parameter) -> list[Any]:
