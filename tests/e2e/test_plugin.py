@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +19,15 @@ QUIET = ["logging.progress=false", "logging.tensorboard=false"]
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """examples/plugin installed (no dependencies: rlfoundry is this checkout) into a folder of its own."""
+    """examples/plugin installed (no dependencies: rlfoundry is this checkout) into a folder of its own, built from a
+    copy: setuptools writes build/ and egg-info beside the sources, and two test workers building the same tree at
+    once (each runs this fixture) broke each other's build."""
+    source = shutil.copytree(ROOT / "examples/plugin", tmp_path_factory.mktemp("plugin") / "plugin")
     target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--no-index", "--target", str(target), str(ROOT / "examples/plugin")],
-                   check=True, capture_output=True, cwd=target)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                           "--disable-pip-version-check", "--no-index", "--target", str(target), str(source)],
+                          capture_output=True, text=True, cwd=target)
+    assert done.returncode == 0, done.stderr
     return target
 
 

@@ -53,19 +53,16 @@ def test_two_workers_run_every_seed_report_a_failure_and_record_the_group(tmp_pa
     bad = tmp_path / "diverges.yaml"
     bad.write_text("preset: CartPole-v1:ppo\nalgo:\n  lr: 1.0e+30\n")  # the first update's loss is NaN
     out = tmp_path / "set"
-    # Acrobot's discrete actions are bad input for PlaNet: its runs write nothing, and say why
-    code, text = finish(cli("trials", "CartPole-v1:ppo", str(bad), "Acrobot-v1:planet", "--seeds", "2", "--workers",
-                            "2", "--out", str(out), *SMALL, cwd=tmp_path))
+    # (a spec that is bad input for its env, Acrobot-v1:planet, now stops the set before any run: see below)
+    code, text = finish(cli("trials", "CartPole-v1:ppo", str(bad), "--seeds", "2", "--workers", "2", "--out",
+                            str(out), *SMALL, cwd=tmp_path))
     assert code == 1, text  # a run failed: reported, and the others still ran
     assert "diverges.yaml seed 1" in text and "nan" in text.lower(), text
-    assert "Acrobot-v1:planet seed 2: error: algo.name = 'planet'" in text and "PlaNet plans 1-D Box" in text, text
     for seed in (1, 2):
         assert status(out / "CartPole-v1_ppo" / f"s{seed}") == "finished"
         assert status(out / "diverges" / f"s{seed}") == "failed"
-        assert not (out / "Acrobot-v1_planet" / f"s{seed}").exists()
     rows = list(csv.DictReader((out / "trials.csv").open()))
-    assert sorted(row["status"] for row in rows) == ["failed", "failed", "finished", "finished", "missing", "missing"]
-    assert "Discrete(3) actions; PlaNet plans" in (out / "trials.md").read_text()
+    assert sorted(row["status"] for row in rows) == ["failed", "failed", "finished", "finished"]
     assert (out / "trials.md").is_file() and (out / "curves.png").is_file()
     # every run is an ordinary run in the registry, with the set's name as its group
     records = Registry(tmp_path / "runs").query({"group": "set"})
