@@ -208,16 +208,20 @@ class TD3(OffPolicyAgent):
         critic, critic_target = cast(RecurrentCritic, self.critic), cast(RecurrentCritic, self.critic_target)
         real = mask.bool()
         envs = torch.arange(starts.shape[1], device=obs.device)
-        shared = self.algo.shared_memory
         with self.autocast():
             with torch.no_grad():
                 next_critic_in = unroll_window(critic_target, obs, memories[-1], starts, 0)[bootstrap, envs][real]
-                next_actor_in = next_critic_in if shared else \
-                    unroll_window(self.actor_target, obs, memories[0], starts, 0)[bootstrap, envs][real]
             critic_in = unroll_window(critic, obs, memories[-1], starts, burn)[:length][real]
-            actor_in = None if not actor else critic_in.detach() if shared else \
-                unroll_window(self.actor, obs, memories[0], starts, burn)[:length][real]
-        mu, mu_target = (self.actor, self.actor_target) if shared else (self.actor.head, self.actor_target.head)
+            mu: Callable
+            mu_target: Callable
+            if self.algo.shared_memory:  # the feed-forward actor and its target read the critics' features
+                next_actor_in, actor_in = next_critic_in, critic_in.detach() if actor else None
+                mu, mu_target = self.actor, self.actor_target
+            else:
+                with torch.no_grad():
+                    next_actor_in = unroll_window(self.actor_target, obs, memories[0], starts, 0)[bootstrap, envs][real]
+                actor_in = unroll_window(self.actor, obs, memories[0], starts, burn)[:length][real] if actor else None
+                mu, mu_target = self.actor.head, self.actor_target.head
         return self.td3_step(actor_in, next_actor_in, critic_in, next_critic_in, actions[burn:burn + length][real],
                              returns[real], discounts[real], mu, mu_target, critic.q, critic_target.q)
 

@@ -38,7 +38,6 @@ def evaluate_run(
     stochastic: Annotated[bool, typer.Option("--stochastic", help="Sample actions instead of the greedy / mean action.")] = False,
 ) -> None:
     """Print a checkpoint's mean ± std evaluation return, and with --video write mp4s of its episodes."""
-
     from rlfoundry.envs import check_renders
     from rlfoundry.hub import load_policy
     from rlfoundry.hub.evaluation import evaluate

@@ -11,6 +11,8 @@ import torch
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import MAX_SEED
+from rlfoundry.hub import load_policy
+from rlfoundry.run.evaluate import evaluate as run_episodes
 from rlfoundry.trained.policy import Policy
 
 
@@ -41,9 +43,6 @@ def evaluate(policy: Policy | str | Path = "@last", env_id: str | None = None, e
     """Evaluate `policy` (a Policy, or a RUN as `rlfoundry eval` takes it, loaded at `checkpoint`) for `episodes`
     episodes on its run's evaluation envs, or on `env_id` with the run's env settings; `seed` defaults to the run's
     train.seed + eval.seed_offset. Same arguments, same returns as `rlfoundry eval`. ConfigError for bad input."""
-    from rlfoundry.hub import load_policy  # the package's __init__, which imports nothing of this module
-    from rlfoundry.run.evaluate import evaluate as run_episodes
-
     if episodes < 1:
         raise ConfigError(f"episodes = {episodes}: must be at least 1")
     if seed is not None and not 0 <= seed <= MAX_SEED:

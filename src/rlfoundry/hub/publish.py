@@ -143,7 +143,8 @@ def _checkpoint_names(source: Path, checkpoint: str | None) -> tuple[str, str | 
     if is_model_folder(source):
         marker = json.loads((source / "rlfoundry.json").read_text())  # read once already by load_policy
         return str(marker.get("checkpoint") or "unknown"), marker.get("checkpoint_dir")
-    return policy_lib.checkpoint_name(source, checkpoint), policy_lib.checkpoint_dir(source, checkpoint).name
+    name = policy_lib.checkpoint_name(source, checkpoint)
+    return name, ckpt.resolve(source, name).name
 
 
 def _total_steps(source: Path, cfg) -> int:

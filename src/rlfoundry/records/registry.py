@@ -164,9 +164,10 @@ def _utc(stamp: Any) -> str | None:
     return None
 
 
-def _get(mapping: dict[str, Any], dotted: str) -> Any:
+def dotted(mapping: dict[str, Any], key: str) -> Any:
+    """The value of a dotted key (algo.lr) in nested mappings; None where a part is missing."""
     value: Any = mapping
-    for part in dotted.split("."):
+    for part in key.split("."):
         if not isinstance(value, dict):
             return None
         value = value.get(part)
@@ -212,7 +213,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             raise ValueError("config.yaml is not a mapping")
 
     def pick(config_key: str, summary_key: str, types: tuple[type, ...]) -> Any:
-        value = _get(config, config_key)
+        value = dotted(config, config_key)
         if value is None:
             value = summary.get(summary_key)
         return _typed(value, types, config_key)
@@ -223,10 +224,10 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         "variant": pick("variant", "variant", (str,)),
         "seed": pick("train.seed", "seed", (int,)),
         "config_hash": config_hash(config) if config else None,
-        "git_commit": _typed(_get(config, "provenance.git_commit"), (str,), "provenance.git_commit"),
+        "git_commit": _typed(dotted(config, "provenance.git_commit"), (str,), "provenance.git_commit"),
         "status": summary["status"],
-        "trial_group": _typed(_get(config, "logging.group"), (str,), "logging.group"),
-        "created": _utc(_get(config, "provenance.created")),
+        "trial_group": _typed(dotted(config, "logging.group"), (str,), "logging.group"),
+        "created": _utc(dotted(config, "provenance.created")),
     }
     for key, types in SUMMARY_FIELDS.items():
         record[key] = _typed(summary.get(key), types, f"summary.json: {key}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.records.registry import COLUMNS, RunRecord
+from rlfoundry.records.registry import COLUMNS, RunRecord, dotted
 from rlfoundry.records.rundir import file_mode
 
 FORMATS = ("csv", "markdown", "latex")
@@ -39,13 +39,7 @@ def config_values(run_dir: str | Path, keys: list[str]) -> list[Any]:
         config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
         config = None
-    values = []
-    for key in keys:
-        node: Any = config
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        values.append(node)
-    return values
+    return [dotted(config, key) for key in keys]
 
 
 def setting(value: Any) -> str:

@@ -135,16 +135,17 @@ def checkpoint_dir(run_dir: Path, which: str | None) -> Path:
 
 
 def from_run(run_dir: str | Path, checkpoint: str | None = None, device: str = "cpu") -> Policy:
-    """The policy of a run directory's checkpoint (see `checkpoint_dir`)."""
+    """The policy of a run directory's checkpoint (see `checkpoint_name`)."""
     from rlfoundry.run.restore import run_config
 
-    path = checkpoint_dir(Path(run_dir), checkpoint)
+    name = checkpoint_name(Path(run_dir), checkpoint)
+    path = ckpt.resolve(Path(run_dir), name)
     saved = ckpt.load(path)
     stats = None
     if "obs_rms_mean" in saved.arrays:
         stats = (saved.arrays["obs_rms_mean"], saved.arrays["obs_rms_var"], float(saved.state["obs_rms_count"]))
     policy = build(run_config(Path(run_dir)), saved.weights, stats, int(saved.state["step"]), str(run_dir), device)
-    policy.run_dir, policy.checkpoint = Path(run_dir), checkpoint_name(Path(run_dir), checkpoint)
+    policy.run_dir, policy.checkpoint = Path(run_dir), name
     return policy
 
 
