@@ -241,6 +241,27 @@ def test_hf_url_downloads_the_model_files_and_loads_them(folder, cartpole, monke
     np.testing.assert_array_equal(policy.act(obs)[0], rlfoundry.load_policy(cartpole, "best").act(obs)[0])
 
 
+def test_a_run_fine_tunes_from_a_model_folder_and_from_the_hub(folder, cartpole, tmp_path, monkeypatch):
+    """`train.init` takes what `load_policy` takes: the networks of a folder or of hf://ORG/NAME (pinned to the
+    commit the cache holds), which act as the run's own; a config shared from such a run keeps the Hub source."""
+    snapshot = tmp_path / "hub" / "snapshots" / ("c0ffee" * 6 + "c0ff")  # the cache names a snapshot by its commit
+    shutil.copytree(folder, snapshot)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kwargs: str(snapshot))
+    frozen = [*TINY, "algo.lr=1e-12", "train.total_timesteps=256", "eval.every_steps=0",
+              f"logging.runs_root={tmp_path}"]
+    obs = observations(rlfoundry.load_policy(cartpole, "best"))
+    for name, init in (("from-folder", folder), ("from-hub", f"hf://{REPO}")):
+        run_dir, _ = rlfoundry.train("CartPole-v1:ppo", [*frozen, f"train.init={init}"], tmp_path / name)
+        np.testing.assert_array_equal(rlfoundry.load_policy(run_dir, "last").act(obs)[0],
+                                      rlfoundry.load_policy(cartpole, "best").act(obs)[0])
+    config = yaml.safe_load((tmp_path / "from-hub" / "config.yaml").read_text())
+    assert config["train"]["init"] == f"hf://{REPO}@{snapshot.name}" and config["train"]["init_checkpoint"] is None
+    shared = yaml.safe_load(publish_lib.shareable_config((tmp_path / "from-hub" / "config.yaml").read_text()))
+    assert shared["train"]["init"] == config["train"]["init"]
+    local = yaml.safe_load(publish_lib.shareable_config((tmp_path / "from-folder" / "config.yaml").read_text()))
+    assert local["train"]["init"] is None  # the publisher's path means nothing on another machine
+
+
 def test_publish_of_an_hf_model_builds_a_new_folder(folder, tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kwargs: str(folder))
     out = tmp_path / "copy"

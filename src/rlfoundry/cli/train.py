@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Annotated
 
@@ -23,6 +24,8 @@ def train(
     resume: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_RESUME", help="Continue a stopped run from its last checkpoint: RUN_DIR, or @last; with --total-timesteps N, a finished run too, to N steps.")] = None,
     debug: Annotated[bool, typer.Option("--debug", envvar="RLFOUNDRY_DEBUG", help="A quick run with debug checks (NaN/inf named where they first appear, anomaly detection), per-layer norms, verbose lines and a profile; a small budget unless one is given.")] = False,
     profile: Annotated[bool, typer.Option("--profile", envvar="RLFOUNDRY_PROFILE", help="Profile a few iterations: profile.json and profile.md in the run directory (train.profile=true).")] = False,
+    init: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_INIT", help="Fine-tune: start from the networks (and observation statistics) of a run directory, @last, a model folder or hf://ORG/NAME (train.init); optimizers, replay and the step count start fresh.")] = None,
+    init_checkpoint: Annotated[str | None, typer.Option(envvar="RLFOUNDRY_INIT_CHECKPOINT", help="With --init RUN_DIR: last, best or a step (5120); default best where saved, else last (train.init_checkpoint).")] = None,
     nproc: Annotated[int | None, typer.Option(envvar="RLFOUNDRY_NPROC", help="One run across N processes of this machine (PPO, A2C, REINFORCE): each steps env.num_envs envs, gradients averaged every update. Under torchrun, leave it out.")] = None,
 ) -> None:
     """Train an agent and write a run directory (or continue one with --resume). Every option can also come from
@@ -33,13 +36,16 @@ def train(
     if resume is not None:  # a resumed run keeps its own config: options set only by the environment give way
         given = {name: value for name, value in ctx.params.items()
                  if ctx.get_parameter_source(name) is not ParameterSource.ENVIRONMENT or name == "resume"}
-        seed, total_timesteps, run_dir, device, nproc = (given.get(name) for name in
-                                                         ("seed", "total_timesteps", "run_dir", "device", "nproc"))
+        seed, total_timesteps, run_dir, device, nproc, init, init_checkpoint = (given.get(name) for name in (
+            "seed", "total_timesteps", "run_dir", "device", "nproc", "init", "init_checkpoint"))
         debug, profile = given.get("debug", False), given.get("profile", False)
+        if init is not None or init_checkpoint is not None:
+            fail("--init starts a new run from another run's networks; --resume continues a run from its own")
     extra = list(overrides or [])
-    for key, value in (("train.total_timesteps", None if resume else total_timesteps), ("train.device", device)):
+    for key, value in (("train.total_timesteps", None if resume else total_timesteps), ("train.device", device),
+                       ("train.init", init), ("train.init_checkpoint", init_checkpoint)):
         if value is not None:
-            extra.append(f"{key}={value}")
+            extra.append(f"{key}={json.dumps(value) if isinstance(value, str) else value}")  # @last, 5120: strings
     if seed is not None and "," in seed:
         _seed_list(spec, seed, extra, run_dir, resume, debug, profile, nproc)
         return

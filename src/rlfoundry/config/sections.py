@@ -295,6 +295,18 @@ class TrainConfig(StrictModel):
         "backward of the Q-value gathers of DQN and discrete SAC, some convolution backward passes) may differ in the "
         "last bits between runs. The CPU is deterministic either way.",
     )
+    init: str | None = Field(
+        None, description="Fine-tune: start from the trained networks of another run directory, @last, a model "
+        "folder or hf://ORG/NAME[@REVISION], and from its observation statistics; optimizers, replay, schedules and "
+        "the step count start fresh (Stable-Baselines3's load-then-learn, the zoo's -i). The networks must fit this "
+        "config (same algorithm, network and spaces). Read once when the run starts: config.yaml records the "
+        "absolute path or the Hub commit, provenance.init what was loaded; a resumed run continues from its own "
+        "checkpoint.",
+    )
+    init_checkpoint: str | None = Field(
+        None, description="Which checkpoint of the run train.init names: last, best, or a step (5120); default: best "
+        "where one was saved, else last. A model folder holds one.",
+    )
     profile: bool = Field(
         False, description="Record a few iterations after warm-up with torch.profiler: profile.json (a Chrome/Perfetto "
         "trace) and profile.md (the env/act/learn split, the top ops by self time) in the run directory.",
@@ -306,6 +318,11 @@ class TrainConfig(StrictModel):
         "gradient and weight norms in the metrics; a log line per iteration. `--debug` also sets a small budget "
         "and train.profile.",
     )
+
+    @field_validator("init", "init_checkpoint", mode="before")
+    @classmethod
+    def _name(cls, value):
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value  # a step: 5120
 
     @field_validator("torch_threads", mode="before")
     @classmethod
@@ -383,3 +400,5 @@ class Provenance(StrictModel):
     processes: int | None = None  # the run's processes (--nproc, torchrun): a resume runs as many
     # `train --resume RUN --total-timesteps N` on a run: each extension, {at_step, from_total, to_total, time}
     continued: list[dict[str, Any]] = Field(default_factory=list)
+    # `train.init`: the networks the run started from, {source, checkpoint, step, sha256} (None: fresh ones)
+    init: dict[str, Any] | None = None

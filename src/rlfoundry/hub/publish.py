@@ -35,8 +35,18 @@ import yaml
 from rlfoundry import envs as envs_lib
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import LoggingConfig
-from rlfoundry.hub import MODEL_FORMAT, MODEL_VERSION, is_model_folder, load_policy, local_path, stats_json
+from rlfoundry.hub import (
+    HF_PREFIX,
+    MODEL_FORMAT,
+    MODEL_VERSION,
+    is_model_folder,
+    load_policy,
+    local_path,
+    read,
+    stats_json,
+)
 from rlfoundry.run import checkpoint as ckpt
+from rlfoundry.run.weights import checkpoint_name, network_weights
 from rlfoundry.sinks.files import writing
 from rlfoundry.trained import policy as policy_lib
 
@@ -130,11 +140,15 @@ def build_folder(run: str | Path, out_dir: str | Path, checkpoint: str | None = 
 
 def shareable_config(text: str) -> bytes:
     """The run's config.yaml as a model folder shares it: with `logging.runs_root` back at its default, so that
-    `rlfoundry train config.yaml` from a download writes under the user's ./runs, not the publisher's path."""
+    `rlfoundry train config.yaml` from a download writes under the user's ./runs, not the publisher's path; and a
+    `train.init` on the publisher's disk left out (one on the Hub stays: anyone can start from it too)."""
     data = yaml.safe_load(text)
     if not isinstance(data, dict) or not isinstance(data.get("logging"), dict):
         return text.encode()
     data["logging"]["runs_root"] = LoggingConfig.model_fields["runs_root"].default
+    train = data.get("train")
+    if isinstance(train, dict) and not str(train.get("init") or HF_PREFIX).startswith(HF_PREFIX):
+        train["init"] = train["init_checkpoint"] = None
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None).encode()
 
 
@@ -143,7 +157,7 @@ def _checkpoint_names(source: Path, checkpoint: str | None) -> tuple[str, str | 
     if is_model_folder(source):
         marker = json.loads((source / "rlfoundry.json").read_text())  # read once already by load_policy
         return str(marker.get("checkpoint") or "unknown"), marker.get("checkpoint_dir")
-    name = policy_lib.checkpoint_name(source, checkpoint)
+    name = checkpoint_name(source, checkpoint)
     return name, ckpt.resolve(source, name).name
 
 
@@ -187,7 +201,7 @@ def _write_weights(path: Path, policy: policy_lib.Policy) -> None:
     from safetensors.torch import save
 
     held, _, _ = ckpt.split_agent_state(policy.agent.state_dict())
-    weights = policy_lib.network_weights(policy.agent, held, policy.source)
+    weights = network_weights(policy.agent, held, policy.source)
     # contiguous copies: parameters may be views of one flat buffer, which safetensors refuses
     _write(path, save({k: v.detach().cpu().clone(memory_format=torch.contiguous_format) for k, v in weights.items()}))
 
@@ -371,13 +385,11 @@ def check_token(token: str | None = None) -> str:
 
 def check_folder(folder: Path) -> None:
     """A complete model folder that loads (CheckpointError / ConfigError otherwise): nothing broken is uploaded."""
-    from rlfoundry.hub import from_model_folder
-
     if not is_model_folder(folder):
         raise ConfigError(f"{folder}: not an rlfoundry model folder (no rlfoundry.json)")
     if not (folder / CARD).is_file():
         raise ConfigError(f"{folder}: no {CARD}: build the folder with `rlfoundry publish RUN --repo ORG/NAME`")
-    from_model_folder(folder, str(folder))
+    policy_lib.from_saved(read(folder, None, str(folder)), str(folder))
 
 
 def _transient(exc: BaseException, status: int | None) -> bool:

@@ -283,6 +283,8 @@ def follow(group: Group) -> None:
     try:
         if saved is None:
             agent.load_state_dict(setup["agent"])  # rank 0's initial parameters
+            if cfg.train.init is not None and setup["obs_stats"] is not None:  # and the statistics it started from
+                envs_lib.set_obs_stats(envs, *setup["obs_stats"])
         else:
             values, arrays = saved  # this rank's checkpointed state
             restore_process(agent, envs, setup["agent"], values, arrays, setup["obs_stats"])

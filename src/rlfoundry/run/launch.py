@@ -12,7 +12,7 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.load import apply_overrides, load_config, validate
 from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.records.rundir import new_run_dir, run_lock, write_yaml
-from rlfoundry.run import distributed
+from rlfoundry.run import distributed, weights
 from rlfoundry.run.checkpoint import load, resolve
 from rlfoundry.run.debug import debug_config
 from rlfoundry.run.hooks import Callback
@@ -82,10 +82,28 @@ def train(spec_or_cfg=None, overrides: list[str] | None = None, run_dir: str | P
         cfg = debug_config(cfg, budget_given)
     world = group.world if group else nproc or 1
     distributed.check(cfg, world)
+    cfg, init = _init(cfg)
     path = new_run_dir(cfg.logging.runs_root, cfg.env.id, cfg.variant, cfg.train.seed,
                        None if run_dir is None else str(run_dir))
     with run_lock(path):  # held from the run's first write to its end (the directory is created here)
-        return path, _run(cfg, path, console, None, group, world, stop_at_step, callbacks)
+        return path, _run(cfg, path, console, None, group, world, stop_at_step, callbacks, init)
+
+
+def _init(cfg: ExperimentConfig) -> tuple[ExperimentConfig, weights.Saved | None]:
+    """The networks `train.init` names, read before anything is created (a bad name or file: ConfigError), and the
+    config with the name pinned: an absolute path and the checkpoint's step directory, or the Hub commit, so that
+    config.yaml says exactly what the run started from even after `@last` or `best` has moved on."""
+    spec = cfg.train.init
+    if spec is None:
+        return cfg, None
+    where = f"train.init {spec}"
+    try:
+        path = weights.local_path(spec, cfg.logging.runs_root)
+    except ConfigError as exc:
+        raise ConfigError(f"train.init: {exc}") from None
+    saved = weights.read(path, cfg.train.init_checkpoint, where)
+    train = cfg.train.model_copy(update={"init": weights.pinned(spec, path), "init_checkpoint": saved.step_dir})
+    return cfg.model_copy(update={"train": train}), saved
 
 
 def _resume(resume: str | Path, console, group, nproc: int | None, stop_at_step: int | None,
@@ -139,10 +157,11 @@ def _with_sweep(spec_or_cfg, overrides: list[str] | None) -> ExperimentConfig:
 
 
 def _run(cfg: ExperimentConfig, path: Path, console, checkpoint, group, world: int,
-         stop_at_step: int | None, callbacks: Sequence[Callback]) -> dict[str, Any]:
+         stop_at_step: int | None, callbacks: Sequence[Callback], init: weights.Saved | None = None) -> dict[str, Any]:
     """Train on this process (rank 0 of `world`): starting the other ranks first for --nproc, joining torchrun's."""
     if world == 1:
-        return Trainer(cfg, path, console, resume=checkpoint, stop_at_step=stop_at_step, callbacks=callbacks).run()
+        return Trainer(cfg, path, console, resume=checkpoint, stop_at_step=stop_at_step, callbacks=callbacks,
+                       init=init).run()
     local: list = []
     ended = False
     try:
@@ -153,7 +172,7 @@ def _run(cfg: ExperimentConfig, path: Path, console, checkpoint, group, world: i
         else:
             distributed.join(group)
         summary = Trainer(cfg, path, console, resume=checkpoint, group=group, stop_at_step=stop_at_step,
-                          callbacks=callbacks).run()
+                          callbacks=callbacks, init=init).run()
         ended = True
         return summary
     finally:

@@ -39,7 +39,7 @@ from rlfoundry.records.registry import Registry, RegistryError
 from rlfoundry.records.report import write_report
 from rlfoundry.records.rundir import git_commit, versions, write_json, write_yaml
 from rlfoundry.run import checkpoint as ckpt
-from rlfoundry.run import debug, distributed, hardware, hooks
+from rlfoundry.run import debug, distributed, hardware, hooks, weights
 from rlfoundry.run.evaluate import EvaluationStopped
 from rlfoundry.run.seeding import resolve_device, seed_everything, set_rng_state
 from rlfoundry.sinks.files import is_disk_full
@@ -94,8 +94,10 @@ def _check_finite(row: dict[str, Any], step: int) -> None:
 class Trainer:
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, console: Console | None = None,
                  resume: ckpt.Checkpoint | None = None, group: distributed.Group | None = None,
-                 stop_at_step: int | None = None, callbacks: Sequence[hooks.Callback] = ()):
+                 stop_at_step: int | None = None, callbacks: Sequence[hooks.Callback] = (),
+                 init: weights.Saved | None = None):
         """`resume`: continue the run in `run_dir` from this checkpoint (`cfg` is the run's own config.yaml).
+        `init`: a new run's starting networks and observation statistics (`train.init`, read by `launch.train`).
         `group`: rank 0 of a run across processes (`rlfoundry.run.distributed`), whose process group is joined.
         `stop_at_step`: end the run after the iteration that reaches this step, as a stop does (a checkpoint, status
         `stopped`), while schedules still run over train.total_timesteps: the first steps of a run exactly as the
@@ -104,6 +106,7 @@ class Trainer:
         self.cfg = cfg
         self.stop_at_step = stop_at_step
         self.resume = resume
+        self.init = init if resume is None else None  # a resumed run has its own networks
         self.group = group
         self.run_dir = Path(run_dir)
         self.console = console or Console(stderr=True)
@@ -170,7 +173,7 @@ class Trainer:
             precision=self.run_cfg.train.precision, compile=self.run_cfg.train.compile,
             cuda_graphs=self.run_cfg.train.cuda_graphs, log_every=self.run_cfg.logging.every_steps,
             hardware=self.hardware.describe(), vectorization=vectorization,
-            processes=self.group.world if self.group else 1,
+            processes=self.group.world if self.group else 1, init=weights.describe(self.init, self.cfg.train.init),
         )
         write_yaml(self.run_dir / "config.yaml", self.cfg.model_dump(mode="json", by_alias=True))
 
@@ -279,6 +282,8 @@ class Trainer:
             eval_envs, _ = envs_lib.make(env_cfg, cfg.eval.num_envs or min(cfg.eval.episodes, 16), evaluation=True)
             opened.callback(eval_envs.close)
             agent = algorithm(cfg.algo.name)(run_cfg, spec, Runtime.of(run_cfg.train, self.device))
+            if self.init is not None:  # a misfit is bad input, said before anything is written
+                weights.start_from(self.init, agent, train_envs, f"train.init {cfg.train.init}")
             opened.pop_all()
         return Built(train_envs, eval_envs, spec, agent)
 

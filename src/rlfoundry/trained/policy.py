@@ -33,8 +33,8 @@ from gymnasium.wrappers.utils import rescale_box
 from rlfoundry import envs as envs_lib
 from rlfoundry.algos.base import Memory
 from rlfoundry.experiment.schema import ExperimentConfig
-from rlfoundry.run import checkpoint as ckpt
 from rlfoundry.run import hardware
+from rlfoundry.run import weights as weights_lib
 
 EPSILON = 1e-8  # Gymnasium's NormalizeObservation: (obs − mean) / sqrt(var + ε)
 
@@ -116,37 +116,18 @@ class Policy:
         return (actions[0] if single else actions), memory.state
 
 
-def checkpoint_name(run_dir: Path, which: str | None) -> str:
-    """The checkpoint `which` names (last, best, a step directory, or a step number: 5120 is step_000000005120), or
-    with None the best where one was saved, else the last."""
-    if which is None:
-        return "best" if (Path(run_dir) / "checkpoints" / "best.json").is_file() else "last"
-    if which.isdigit():
-        return ckpt.step_dir_name(int(which))
-    if which in ("", ".", "..") or Path(which).name != which:
-        raise ckpt.CheckpointError(f"checkpoint {which!r}: allowed: last, best, a step (5120) or a step directory "
-                                   f"name in {Path(run_dir) / 'checkpoints'}")
-    return which
+def from_saved(saved: weights_lib.Saved, source: str, device: str = "cpu") -> Policy:
+    """The policy of networks read with `rlfoundry.run.weights.read` (a run's checkpoint or a model folder)."""
+    from rlfoundry.run.restore import run_config
 
-
-def checkpoint_dir(run_dir: Path, which: str | None) -> Path:
-    """A run's checkpoint directory (`checkpoint_name`)."""
-    return ckpt.resolve(run_dir, checkpoint_name(run_dir, which))
+    policy = build(run_config(saved.path), saved.weights, saved.obs_stats, saved.step, source, device)
+    policy.run_dir, policy.checkpoint = saved.run_dir, saved.checkpoint
+    return policy
 
 
 def from_run(run_dir: str | Path, checkpoint: str | None = None, device: str = "cpu") -> Policy:
-    """The policy of a run directory's checkpoint (see `checkpoint_name`)."""
-    from rlfoundry.run.restore import run_config
-
-    name = checkpoint_name(Path(run_dir), checkpoint)
-    path = ckpt.resolve(Path(run_dir), name)
-    saved = ckpt.load(path)
-    stats = None
-    if "obs_rms_mean" in saved.arrays:
-        stats = (saved.arrays["obs_rms_mean"], saved.arrays["obs_rms_var"], float(saved.state["obs_rms_count"]))
-    policy = build(run_config(Path(run_dir)), saved.weights, stats, int(saved.state["step"]), str(run_dir), device)
-    policy.run_dir, policy.checkpoint = Path(run_dir), name
-    return policy
+    """The policy of a run directory's checkpoint (see `rlfoundry.run.weights.checkpoint_name`)."""
+    return from_saved(weights_lib.read(Path(run_dir), checkpoint, str(run_dir)), str(run_dir), device)
 
 
 def build(cfg: ExperimentConfig, weights: dict[str, torch.Tensor], obs_stats, step: int, source: str,
@@ -163,33 +144,5 @@ def build(cfg: ExperimentConfig, weights: dict[str, torch.Tensor], obs_stats, st
     envs, spec = envs_lib.make(cfg.env, 1, evaluation=True)  # the agent's spaces, exactly as in training
     envs.close()
     agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, device))
-    load_weights(agent, weights, source)
+    weights_lib.load_weights(agent, weights, source)
     return Policy(cfg, agent, spec, obs_stats, step, source)
-
-
-def load_weights(agent, weights: dict[str, torch.Tensor], source: str) -> None:
-    """Give a freshly built agent the networks of `weights` (a checkpoint's flat names) and keep the rest of its
-    fresh state (optimizers, empty buffers). Every tensor of the agent's networks must be there; tensors of parts
-    a fresh agent does not have (a collector's last observations) are run state and are left out."""
-    state = agent.state_dict()
-    ours = network_weights(agent, weights, source)
-    for flat_name, tensor in ours.items():
-        part, _, name = flat_name.partition(".")
-        state[part][name] = tensor
-    try:
-        agent.load_state_dict(state)
-    except (KeyError, RuntimeError, ValueError) as exc:  # shapes that do not fit this config
-        raise ckpt.CheckpointError(f"{source}: the weights do not fit the run's networks ({exc})") from None
-
-
-def network_weights(agent, weights: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """The tensors of `weights` that a freshly built `agent`'s networks hold (CheckpointError when one is missing, or
-    a network holds a name the agent does not know)."""
-    expected, _, _ = ckpt.split_agent_state(agent.state_dict())
-    parts = {name.partition(".")[0] for name in expected}
-    given = {name for name in weights if name.partition(".")[0] in parts}
-    missing, unexpected = sorted(set(expected) - given), sorted(given - set(expected))
-    if missing or unexpected:
-        raise ckpt.CheckpointError(f"{source}: the weights do not fit the run's networks (missing: {missing[:5]}, "
-                                   f"unexpected: {unexpected[:5]})")
-    return {name: weights[name] for name in expected}
