@@ -75,7 +75,8 @@ def test_a_sweep_through_ray_tune_prunes_a_bad_trial_and_best_yaml_repeats_its_r
     assert [good.params["algo.lr"], bad.params["algo.lr"]] == [3e-3, 1e-12], "the grid's seed 3 orders them so"
     assert good.state.name == "COMPLETE" and good.value > 100 and bad.state.name == "PRUNED"
     stopped = summary(out / "trials" / bad.user_attrs["folder"] / "s1")
-    assert stopped["status"] == "stopped" and stopped["total_steps"] < 8192
+    assert stopped["status"] == "pruned" and stopped["total_steps"] < 8192
+    assert len(Registry(tmp_path / "runs").query({"status": "pruned"})) >= 1
     report = (out / "sweep.md").read_text()
     assert f"## Best: trial {good.number}" in report and "pruned at step 2,048" in report
     assert (out / "history.png").is_file()

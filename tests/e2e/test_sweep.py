@@ -138,7 +138,14 @@ def test_a_pruner_stops_a_bad_trial_early_and_the_sweep_goes_on(tmp_path, slow_s
     good, bad, last = trials(out)
     assert [good.params["algo.lr"], bad.params["algo.lr"]] == [3e-3, 1e-12], "the grid's seed 3 orders them so"
     assert good.state.name == "COMPLETE" and bad.state.name == "PRUNED"
-    stopped = summary(out / "trials" / str(bad.number) / "s1")
-    assert stopped["status"] == "stopped" and stopped["total_steps"] < 8192
+    pruned_dir = out / "trials" / str(bad.number) / "s1"
+    stopped = summary(pruned_dir)
+    assert stopped["status"] == "pruned" and stopped["total_steps"] < 8192  # told from a user's stop
+    (record,) = Registry(tmp_path / "runs").query({"status": "pruned"})
+    assert Path(record.run_dir) == pruned_dir.resolve()
     assert "pruned at step 2,048" in (out / "sweep.md").read_text()
     assert last.state.name in ("COMPLETE", "PRUNED")  # started once the pruned run had stopped and freed the worker
+    # a pruned run is resumable as a stopped one
+    code, text = finish(cli("train", "--resume", str(pruned_dir), cwd=tmp_path))
+    assert code == 0, text
+    assert summary(pruned_dir)["status"] == "finished"

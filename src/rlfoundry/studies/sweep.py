@@ -31,8 +31,9 @@ from pydantic import ValidationError
 from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.experiment.schema import ExperimentConfig
+from rlfoundry.records.registry import Registry, RegistryError
 from rlfoundry.records.report import read_metrics
-from rlfoundry.records.rundir import run_status, write_atomic
+from rlfoundry.records.rundir import run_lock, run_status, write_atomic, write_json
 from rlfoundry.studies import processes
 from rlfoundry.studies.sweep_file import (
     METRICS,
@@ -294,12 +295,14 @@ class Driver:
         self.elapsed_before = float(study.user_attrs.get("elapsed_s", 0.0))
         self.counted_before = self._counts()[0]
         self.stopping: list[processes.Handle] = []  # runs of pruned and failed trials, still checkpointing
+        self.pruning: list[SeedRun] = []  # runs of pruned trials, marked `pruned` once they have stopped
 
     def run(self) -> None:
         live = [item for item in map(self._adopt, self._stale()) if item is not None]
         try:
             while True:
                 self.stopping = [process for process in self.stopping if process.poll() is None]
+                self._mark_pruned()
                 for item in list(live):
                     if self._advance(item):
                         live.remove(item)
@@ -321,6 +324,7 @@ class Driver:
             self._save_elapsed()
             processes.stop([*self.stopping, *(run.handle for item in live for run in item.runs
                                               if run.state == "running")])
+            self._mark_pruned()
 
     # -------------------------------------------------------- trials in and out
 
@@ -384,12 +388,18 @@ class Driver:
             return True
         if self._report(item):
             self._halt(item)
+            self.pruning += [run for run in item.runs if run.state == "running"]
             _tell(self.study, item.trial, state=TrialState.PRUNED)
             return True
         if all(run.state == "finished" for run in item.runs):
             self._complete(item)
             return True
         return False
+
+    def _mark_pruned(self) -> None:
+        for run in [run for run in self.pruning if run.handle.poll() is not None]:
+            mark_pruned(run.run_dir)
+            self.pruning.remove(run)
 
     def _report(self, item: Live) -> bool:
         """Report the objective at each evaluation step all the trial's runs have reached; True to prune."""
@@ -486,6 +496,22 @@ def start_run(run: SeedRun, sweep: SweepFile, spec: str, labels: dict[str, Any],
     run.process = processes.start(processes.train_command(run.run_dir, args), run_log(out, trial, run.seed), share,
                                   **options)
     run.state = "running"
+
+
+def mark_pruned(run_dir: Path) -> None:
+    """A run of a pruned trial, stopped by the sweep and ended: its summary.json and registry row say `pruned`
+    rather than `stopped`, so that `runs list` tells the sweep's choice from a user's stop. It has its checkpoint:
+    `train --resume` continues it as any stopped run. A run that finished or failed meanwhile keeps its status."""
+    if run_status(run_dir) != "stopped":
+        return
+    try:
+        with run_lock(run_dir):  # nobody is training in it again
+            summary = json.loads((run_dir / "summary.json").read_text())
+            write_json(run_dir / "summary.json", {**summary, "status": "pruned"})
+            runs_root = yaml.safe_load((run_dir / "config.yaml").read_text())["logging"]["runs_root"]
+            Registry(runs_root).record_run(run_dir)
+    except (ConfigError, RegistryError, OSError, ValueError, KeyError, TypeError):
+        return  # a run taken up again, or records it cannot read: it stays `stopped`, which is also true
 
 
 def poll(run: SeedRun, sweep: SweepFile) -> None:

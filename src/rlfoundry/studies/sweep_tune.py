@@ -37,6 +37,7 @@ from rlfoundry.studies.sweep import (
     distributions,
     final_returns,
     first_rung_steps,
+    mark_pruned,
     may_start,
     new_reports,
     poll,
@@ -300,6 +301,8 @@ def _write_study(out: Path, plan: Plan, results, elapsed_s: float) -> optuna.Stu
             attrs["error"] = str(result.error).strip().splitlines()[-1]
         else:
             state, value = TrialState.PRUNED, None
+            for run in seed_runs(out, folder, plan.sweep):
+                mark_pruned(run.run_dir)
         params = {key: result.config[key] for key in plan.sweep.parameters}
         study.add_trial(optuna.trial.create_trial(state=state, value=value, params=params, distributions=space,
                                                   intermediate_values=reports, user_attrs=attrs))
