@@ -22,6 +22,25 @@ def test_point_estimates_by_hand():
     assert stats.mean(SCORES) == pytest.approx(13.75)
     assert stats.median(SCORES) == pytest.approx(7.0)
     assert stats.iqm(SCORES) == pytest.approx(9.25)
+    assert stats.median_of_means(SCORES) == pytest.approx(13.75)  # the median of the two task means 2.5 and 25
+
+
+def test_optimality_gap_by_hand():
+    # Normalised scores: the shortfalls below 1 are 0.5, 0 (1.2 is clipped to 1), 0 and 0.2: mean 0.7 / 4 = 0.175.
+    # Below gamma = 0.9: 0.4, 0, 0, 0.1: 0.125.
+    normalised = np.array([[0.5, 1.2], [1.0, 0.8]])
+    assert stats.optimality_gap(normalised) == pytest.approx(0.175)
+    assert stats.optimality_gap(normalised, gamma=0.9) == pytest.approx(0.125)
+    assert stats.optimality_gap(np.full((3, 2), 1.5)) == 0.0
+
+
+def test_the_optimality_gap_is_estimated_on_normalised_scores_only():
+    scores = np.random.default_rng(0).normal(1.0, 0.3, size=(6, 2))
+    assert set(stats.interval_estimates(scores)) == {"mean", "median", "iqm", "median_of_means"}
+    estimates = stats.interval_estimates(scores, normalised=True)
+    gap = estimates["optimality_gap"]
+    assert gap.value == stats.optimality_gap(scores) and gap.low < gap.value < gap.high
+    assert estimates["mean"] == stats.interval_estimates(scores)["mean"]  # the same resamples either way
 
 
 def test_probability_of_improvement_by_hand():
@@ -127,10 +146,18 @@ def test_point_estimates_equal_rliables(rliable, runs):
     assert stats.probability_of_improvement(x, x).value == pytest.approx(0.5)
 
 
+def test_median_of_means_and_optimality_gap_equal_rliables_to_the_last_digit(rliable, runs):
+    x, y = runs
+    for scores in (x, y, x[:, :1], np.abs(x) / 2):
+        assert stats.median_of_means(scores) == rliable.metrics.aggregate_median(scores)
+        for gamma in (1.0, 0.5, 2.0):
+            assert stats.optimality_gap(scores, gamma) == rliable.metrics.aggregate_optimality_gap(scores, gamma)
+
+
 def test_intervals_match_rliables(rliable, runs):
     x, _ = runs
-    ours = stats.interval_estimates(x, reps=REPS, seed=1)
-    for name, estimator in stats.ESTIMATORS.items():
+    ours = stats.interval_estimates(x, reps=REPS, seed=1, normalised=True)
+    for name, estimator in {**stats.ESTIMATORS, **stats.NORMALISED_ESTIMATORS}.items():
         np.random.seed(2)  # rliable's StratifiedBootstrap draws from numpy's global generator
         points, intervals = rliable.library.get_interval_estimates(
             {"x": x}, lambda s, f=estimator: np.array([f(s)]), reps=REPS)

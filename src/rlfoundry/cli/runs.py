@@ -218,26 +218,55 @@ def compare(
 
 @runs_app.command("export")
 def export(
-    fmt: Annotated[str, typer.Option("--format", help="csv | markdown | latex")] = "csv",
+    fmt: Annotated[str, typer.Option("--format", help="csv | markdown | latex (a booktabs tabular: \\usepackage{booktabs})")] = "csv",
     out_path: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
     env: EnvFilter = None, algo: AlgoFilter = None, variant: VariantFilter = None, status: StatusFilter = None,
     seed: SeedFilter = None, group: GroupFilter = None, sort: SortKey = "id", descending: Descending = False,
+    aggregate: Annotated[bool, typer.Option("--aggregate", help="One row per group of runs instead of per run: runs counted/total, and the IQM, mean and median of the final evaluation return (eval_return_mean: the mean return of a run's last evaluation; runs that finished, or stopped after an evaluation, count) with 95% stratified bootstrap CIs, and the optimality gap where the env's solved threshold is positive.")] = False,
+    by: Annotated[str | None, typer.Option("--by", help="With --aggregate, the keys of a group, comma-separated: env, algo, variant, group or a dotted config key (algo.lr); default env,algo,variant. Without env a group spans envs and is scored on return / solved threshold, with the median of the env means too.")] = None,
     runs_root: RunsRoot = Path("runs"),
 ) -> None:
-    """Export the recorded runs (with the same filters as `list`)."""
+    """Export the recorded runs (with the same filters as `list`), one row per run or, with --aggregate, per group."""
     if fmt not in FORMATS:
         fail(f"--format {fmt}: unknown format; available: {', '.join(FORMATS)}")
+    if by is not None and not aggregate:
+        fail("--by groups the rows of --aggregate; add --aggregate")
     if out_path is not None and not out_path.parent.is_dir():
         fail(f"--out {out_path}: directory {out_path.parent} does not exist")
     with _user_errors():
+        keys = _group_keys(by) if aggregate else ()
         registry = _registry(runs_root)
         records = registry.query(_filters(env, algo, variant, status, seed, group), sort, descending)
-        text = render(records, fmt)
+        if aggregate:
+            text, rows, notes = _aggregate(records, keys, fmt)
+        else:
+            text, rows, notes = render(records, fmt), f"{len(records)} runs", []
+    for note in notes:
+        err().print(f"note: {escape(note)}", highlight=False)
     if out_path is None:
         typer.echo(text, nl=False)
         return
     write_atomic(out_path, text)
-    err().print(f"wrote {len(records)} runs to {escape(str(out_path))}", highlight=False)
+    err().print(f"wrote {rows} to {escape(str(out_path))}", highlight=False)
+
+
+def _group_keys(by: str | None) -> tuple[str, ...]:
+    from rlfoundry.studies.aggregate import group_keys  # numpy and scipy: only for --aggregate
+
+    return group_keys(by)
+
+
+def _aggregate(records: list[RunRecord], keys: tuple[str, ...], fmt: str) -> tuple[str, str, list[str]]:
+    """The table of the records grouped by `keys`, how many rows it has, and notes: the scale, and what a group is
+    missing and why."""
+    from rlfoundry.studies import aggregate
+
+    normalised = "env_id" not in keys
+    summaries = aggregate.summarise(aggregate.record_groups(records, keys), normalised=normalised)
+    table = aggregate.aggregate_table(summaries, aggregate.label_columns(keys), normalised)
+    scale = ["scores: final evaluation return / the env's solved threshold (1 = solved), as groups span envs"]
+    notes = (scale if normalised and summaries else []) + aggregate.notes(summaries)
+    return table.render(fmt), f"{len(summaries)} groups of {len(records)} runs", notes
 
 
 # ---------------------------------------------------------------------- clean

@@ -21,9 +21,14 @@ def trials(
     total_timesteps: Annotated[int | None, typer.Option(help="Shortcut for train.total_timesteps=N.")] = None,
     backend: Annotated[str, typer.Option(help="local: worker processes here; ray: tasks on a Ray cluster.")] = "local",
     address: Address = None,
+    formats: Annotated[list[str] | None, typer.Option("--format", help="Also write tables for papers, in csv, markdown and/or latex (booktabs), comma-separated or repeated: aggregate.* (per spec: runs counted/total; IQM, mean, median of the final evaluation return with 95% CIs; optimality gap) and improvement.* (P(X > Y) per pair of specs). Default: none.")] = None,
+    plots: Annotated[str, typer.Option("--plots", help="The plots' file formats, comma-separated: png, pdf, svg.")] = "png",
 ) -> None:
     """Train every SPEC with every seed, several runs at once, then write trials.md, trials.csv and plots (IQM and
-    bootstrap confidence intervals). Run it again with the same --out to continue after a stop or a crash."""
+    bootstrap confidence intervals), and with --format the tables for papers. Run it again with the same --out to
+    continue after a stop or a crash, or to write the report again (other --format or --plots) once it finished."""
+    from rlfoundry.records.tables import FORMATS
+    from rlfoundry.studies.plots import FORMATS as PLOT_FORMATS
     from rlfoundry.studies.trials import parse_seeds
 
     specs = [item for item in items if "=" not in item]
@@ -34,14 +39,30 @@ def trials(
         seed_list = parse_seeds(seeds)
     except ConfigError as exc:
         fail(str(exc))
-    run_set(specs, seed_list, overrides, out_dir, workers, backend, address)
+    tables = choices("--format", formats or [], FORMATS, required=formats is not None)
+    figures = choices("--plots", [plots], PLOT_FORMATS, required=True)
+    run_set(specs, seed_list, overrides, out_dir, workers, backend, address, tables=tables, figures=figures)
+
+
+def choices(option: str, values: list[str], allowed: tuple[str, ...], required: bool) -> tuple[str, ...]:
+    """An option's values, each comma-separated list split, repeats dropped; an unknown one, or none where some
+    were `required`, ends the command with exit 2."""
+    chosen = [part.strip().lower() for value in values for part in value.split(",") if part.strip()]
+    unknown = [value for value in chosen if value not in allowed]
+    if unknown:
+        fail(f"{option} {unknown[0]}: unknown format; available: {', '.join(allowed)}")
+    if required and not chosen:
+        fail(f"{option}: give at least one of {', '.join(allowed)}")
+    return tuple(dict.fromkeys(chosen))
 
 
 def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: str | None,
             workers: int | None, backend: str = "local", address: str | None = None,
-            again: str = "the same --out again continues them") -> None:
+            again: str = "the same --out again continues them", tables: tuple[str, ...] = (),
+            figures: tuple[str, ...] = ("png",)) -> None:
     """Run the set with one progress display, then print where its report is; `train --seed 1,2,3` comes here too
-    (`again`: how to continue the set, `{path}` its directory)."""
+    (`again`: how to continue the set, `{path}` its directory; `tables` and `figures`: the formats of the tables
+    for papers and of the plots)."""
     from rlfoundry.studies.trials import default_out, run_trials
 
     try:
@@ -69,7 +90,7 @@ def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: s
         bar.update(TaskID(0), total=progress.total, completed=progress.steps, state=state)
 
     with running_many(bar, path):
-        results = run_trials(specs, seeds, overrides, path, workers, show, backend, address)
+        results = run_trials(specs, seeds, overrides, path, workers, show, backend, address, tables, figures)
     failed = [r for r in results if r.status != "finished"]
     for result in failed:
         console.print(f"[red]{result.status}[/] {result.spec} seed {result.seed}: {result.error or '-'}",

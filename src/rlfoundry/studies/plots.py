@@ -1,22 +1,28 @@
 """The plots of a trials report (`studies/results.py`): evaluation curves, the performance profile and the
-probability of improvement, each with its 95% bootstrap band, as PNG bytes on matplotlib's Agg canvas."""
+probability of improvement, each with its 95% bootstrap band, as matplotlib figures on the Agg canvas, saved as
+PNG, PDF or SVG bytes by `save` (each figure is computed once, whatever the number of formats)."""
 
 from __future__ import annotations
 
 import io
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlfoundry.studies import stats
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from rlfoundry.studies.results import Comparison, RunResult
 
 GRID_POINTS = 50
 PROFILE_POINTS = 101
 DPI = 100
+FORMATS = ("png", "pdf", "svg")
+# No creation date in the vector formats: the same figure gives the same bytes.
+METADATA: dict[str, dict[str, Any]] = {"png": {}, "pdf": {"CreationDate": None}, "svg": {"Date": None}}
 
 
 def _figure(panels: int, width: float = 6.0, height: float = 4.5):
@@ -35,9 +41,15 @@ def _figure(panels: int, width: float = 6.0, height: float = 4.5):
     return fig, axes[:panels]
 
 
-def _png(fig) -> bytes:
+def save(fig: Figure, fmt: str) -> bytes:
+    """The figure as a file of `fmt` (one of FORMATS): PNG at DPI; PDF and SVG as vector graphics."""
+    if fmt not in FORMATS:
+        raise ValueError(f"plot format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    from matplotlib import rc_context
+
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)
+    with rc_context({"svg.hashsalt": "rlfoundry"}):  # SVG ids from the content, not a random salt
+        fig.savefig(buffer, format=fmt, dpi=DPI, metadata=METADATA[fmt])
     return buffer.getvalue()
 
 
@@ -51,7 +63,7 @@ def _spec_curve(runs: list[RunResult], reps: int, seed: int) -> tuple[np.ndarray
     return (grid, *stats.curve_estimates(curves, reps=reps, seed=seed))
 
 
-def curves_png(by_spec: dict[str, list[RunResult]], reps: int, seed: int) -> bytes | None:
+def curves_figure(by_spec: dict[str, list[RunResult]], reps: int, seed: int) -> Figure | None:
     """Per env a panel; per spec its IQM evaluation return over env steps with the 95% band."""
     envs: dict[str, list[tuple[str, tuple[np.ndarray, ...], float | None]]] = {}
     for spec, runs in by_spec.items():
@@ -75,10 +87,10 @@ def curves_png(by_spec: dict[str, list[RunResult]], reps: int, seed: int) -> byt
         ax.set_ylabel("evaluation return")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    return _png(fig)
+    return fig
 
 
-def profile_png(comparison: Comparison, reps: int, seed: int) -> bytes:
+def profile_figure(comparison: Comparison, reps: int, seed: int) -> Figure:
     """The fraction of runs above each score, per spec, with the 95% band."""
     pooled = np.concatenate([scores.ravel() for scores in comparison.scores.values()])
     margin = 0.05 * (np.ptp(pooled) or 1.0)  # every profile starts at 1 and ends at 0
@@ -96,10 +108,10 @@ def profile_png(comparison: Comparison, reps: int, seed: int) -> bytes:
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return _png(fig)
+    return fig
 
 
-def improvement_png(comparison: Comparison) -> bytes:
+def improvement_figure(comparison: Comparison) -> Figure:
     """P(X > Y) with its 95% interval for each pair of specs, one row per pair."""
     specs = list(comparison.scores)
     pairs = [(x, y) for i, x in enumerate(specs) for y in specs[i + 1:]]
@@ -114,4 +126,4 @@ def improvement_png(comparison: Comparison) -> bytes:
     ax.set_title("Probability of improvement, 95% CI")
     ax.set_xlabel("P(X > Y): a run of X ends above a run of Y")
     ax.grid(alpha=0.3, axis="x")
-    return _png(fig)
+    return fig

@@ -3,7 +3,9 @@ directory, then read back from those directories alone and summarised with `stat
 
     read_run(run_dir, spec, seed) -> RunResult     summary.json, config.yaml, metrics.csv, run.log; never raises
     write_report(out_dir, results)                 trials.csv, trials.md, curves.png (+ profile.png and
-                                                   improvement.png with two specs or more)
+                                                   improvement.png with two specs or more); on request the plots
+                                                   as PDF and SVG too, and the tables for papers (`aggregate`):
+                                                   aggregate.{csv,md,tex}, improvement.{csv,md,tex}
 
 A run counts in the statistics when it finished, or was stopped after at least one evaluation; its score is its
 final evaluation return. Failed, running (killed) and missing runs are listed with the reason, never averaged in.
@@ -12,11 +14,12 @@ final evaluation return. Failed, running (killed) and missing runs are listed wi
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,8 @@ import yaml
 
 from rlfoundry.records.report import read_metrics
 from rlfoundry.records.rundir import write_atomic
-from rlfoundry.studies import plots, stats
+from rlfoundry.records.tables import EXTENSIONS, Column, number_text
+from rlfoundry.studies import aggregate, plots, stats
 
 STATUSES = ("finished", "failed", "stopped", "running", "missing")
 CSV_COLUMNS = ("spec", "seed", "env_id", "status", "final_return", "normalised_return", "solved_return", "steps",
@@ -34,6 +38,8 @@ CSV_COLUMNS = ("spec", "seed", "env_id", "status", "final_return", "normalised_r
 CITATION = ('Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical Precipice" (NeurIPS), '
             "as in its library rliable")
 FIGURES = ("curves", "profile", "improvement")
+TABLES = ("aggregate", "improvement")  # the tables for papers: per spec, and P(X > Y) per pair of specs
+SPEC_LABELS = (Column("spec", "spec"), Column("env_id", "env"))
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")  # run.log's "%(asctime)s %(levelname)s "
 
 
@@ -191,31 +197,66 @@ class Comparison:
 
 
 def write_report(out_dir: Path | str, results: Sequence[RunResult], title: str = "rlfoundry trials",
-                 reps: int = stats.REPS, seed: int = 0) -> dict[str, Path]:
-    """Write trials.csv, trials.md and the plots into `out_dir` (each file atomically) and return their paths by
-    name ("csv", "md", "curves", "profile", "improvement"). A plot without data is not written, and an earlier
-    report's plot of that name is removed."""
+                 reps: int = stats.REPS, seed: int = 0, tables: Sequence[str] = (),
+                 figures: Sequence[str] = ("png",)) -> dict[str, Path]:
+    """Write trials.csv, trials.md, the plots in each of the `figures` formats (plots.FORMATS: png, pdf, svg) and
+    the tables for papers in each of the `tables` formats (csv, markdown, latex) into `out_dir`, each file
+    atomically. Returns their paths by name: "csv", "md", a plot's name for its PNG ("curves"), the file name for
+    the others ("curves.pdf", "aggregate.tex", "improvement.csv"). A plot without data is not written, and a plot
+    or table this report does not write is removed where an earlier report left one: it would contradict this
+    one."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     by_spec = _by_spec(results)
     comparison = _comparison(by_spec, reps, seed)
+    summaries = dict(zip(by_spec, aggregate.summarise(_groups(by_spec), reps=reps, seed=seed)))
     paths = {"csv": out_dir / "trials.csv", "md": out_dir / "trials.md"}
     write_atomic(paths["csv"], _csv(results))
-    figures = {"curves": plots.curves_png(by_spec, reps, seed)}
-    if len(comparison.scores) >= 2:
-        figures["profile"] = plots.profile_png(comparison, reps, seed)
-        figures["improvement"] = plots.improvement_png(comparison)
-    for name in FIGURES:
-        path = out_dir / f"{name}.png"
-        figure = figures.get(name)
-        if figure is None:
-            path.unlink(missing_ok=True)  # an earlier report's plot would contradict this one
-        else:
-            paths[name] = path
-            write_atomic(path, figure)
-    images = [name for name in FIGURES if name in paths]
-    write_atomic(paths["md"], _markdown(title, by_spec, comparison, images, reps, seed))
+    plot_files = _write_each(out_dir, _plot_makers(by_spec, comparison, reps, seed), figures,
+                             {fmt: fmt for fmt in plots.FORMATS})
+    table_files = _write_each(out_dir, _table_makers(summaries, comparison), tables, EXTENSIONS)
+    paths.update({name.removesuffix(".png"): path for name, path in {**plot_files, **table_files}.items()})
+    write_atomic(paths["md"], _markdown(title, by_spec, comparison, summaries, list(plot_files), list(table_files),
+                                        reps))
     return paths
+
+
+Maker = Callable[[str], str | bytes]  # a file's content in a format
+
+
+def _write_each(out_dir: Path, makers: dict[str, Maker | None], formats: Sequence[str],
+                suffixes: dict[str, str]) -> dict[str, Path]:
+    """NAME.SUFFIX for each maker and each of `formats`; every other NAME.SUFFIX of `suffixes` (a format not asked
+    for, or a maker that is None: nothing to show) is removed, so no earlier report's file outlives its numbers."""
+    written = {}
+    for name, make in makers.items():
+        for fmt, suffix in suffixes.items():
+            path = out_dir / f"{name}.{suffix}"
+            if make is None or fmt not in formats:
+                path.unlink(missing_ok=True)
+            else:
+                write_atomic(path, make(fmt))
+                written[path.name] = path
+    return written
+
+
+def _plot_makers(by_spec: dict[str, list[RunResult]], comparison: Comparison, reps: int,
+                 seed: int) -> dict[str, Maker | None]:
+    """Each plot of FIGURES as a saver in any format, or None without data (profile and improvement need two
+    specs to compare); each figure is computed once."""
+    compared = len(comparison.scores) >= 2
+    made = {"curves": plots.curves_figure(by_spec, reps, seed),
+            "profile": plots.profile_figure(comparison, reps, seed) if compared else None,
+            "improvement": plots.improvement_figure(comparison) if compared else None}
+    return {name: None if figure is None else functools.partial(plots.save, figure) for name, figure in made.items()}
+
+
+def _table_makers(summaries: dict[str, aggregate.Summary], comparison: Comparison) -> dict[str, Maker | None]:
+    """The tables for papers as renderers: per spec, and P(X > Y) when two specs or more are compared."""
+    per_spec = aggregate.aggregate_table(list(summaries.values()), SPEC_LABELS)
+    pairs = (aggregate.improvement_table(comparison.improvement, list(comparison.scores))
+             if len(comparison.scores) >= 2 else None)
+    return {"aggregate": per_spec.render, "improvement": None if pairs is None else pairs.render}
 
 
 def _by_spec(results: Sequence[RunResult]) -> dict[str, list[RunResult]]:
@@ -223,6 +264,19 @@ def _by_spec(results: Sequence[RunResult]) -> dict[str, list[RunResult]]:
     for result in results:
         groups.setdefault(result.spec, []).append(result)
     return groups
+
+
+def _groups(by_spec: dict[str, list[RunResult]]) -> list[aggregate.Group]:
+    """Each spec as a group of the tables for papers: named by the spec and its env, scored by its counted runs."""
+    return [aggregate.Group((spec, next((run.env_id for run in runs if run.env_id), "-")), len(runs),
+                            tuple(score for score in map(_score, runs) if score is not None))
+            for spec, runs in by_spec.items()]
+
+
+def _score(run: RunResult) -> aggregate.Score | None:
+    if run.left_out is not None or run.final_return is None:
+        return None
+    return aggregate.Score(run.env_id or "", run.final_return, run.normalised)
 
 
 def _scores(runs: list[RunResult], normalised: bool = False) -> np.ndarray:
@@ -266,16 +320,6 @@ def _csv(results: Sequence[RunResult]) -> str:
 # ---------------------------------------------------------------- trials.md
 
 
-def _decimals(scale: float) -> int:
-    return 0 if scale >= 1000 else 1 if scale >= 100 else 2 if scale >= 1 else 3
-
-
-def number_text(value: float, scale: float | None = None) -> str:
-    """A number with as many decimals as its size (or `scale`'s) calls for: 1,234 · 487.3 · 12.34 · 0.953."""
-    digits = _decimals(abs(value) if scale is None else scale)
-    return f"{value:,.{digits}f}"
-
-
 def _estimate(estimate: stats.Estimate, runs: int) -> str:
     """As "487.3 [472.1, 500.0]", the three numbers with the same decimals; one run has no interval."""
     if runs < 2:
@@ -297,14 +341,12 @@ def _mean_of(values: list[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def _spec_row(spec: str, runs: list[RunResult], reps: int, seed: int) -> str:
-    scores = _scores(runs)
-    n = scores.shape[0]
+def _spec_row(spec: str, runs: list[RunResult], summary: aggregate.Summary) -> str:
+    n = len(summary.group.scores)
     cells = ["-"] * 3
-    if n:
-        estimates = stats.interval_estimates(scores, reps=reps, seed=seed)
-        cells = [_estimate(estimates[name], n) for name in ("mean", "median", "iqm")]
-        if not stats.iqm_trims(scores.size):
+    if summary.estimates:
+        cells = [_estimate(summary.estimates[name], n) for name in ("mean", "median", "iqm")]
+        if not stats.iqm_trims(n):
             cells[2] = "= mean (nothing trimmed below 4 runs)"
     walls = [run.wall_time_s for run in runs if run.wall_time_s is not None]
     sps = _mean_of([run.sps for run in runs])
@@ -316,12 +358,12 @@ def _spec_row(spec: str, runs: list[RunResult], reps: int, seed: int) -> str:
     ]) + " |"
 
 
-def _spec_table(by_spec: dict[str, list[RunResult]], reps: int, seed: int) -> list[str]:
+def _spec_table(by_spec: dict[str, list[RunResult]], summaries: dict[str, aggregate.Summary]) -> list[str]:
     return [
         "| spec | runs | counted | failed | mean [95% CI] | median [95% CI] | IQM [95% CI] | wall time | per run "
         "| steps/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *(_spec_row(spec, runs, reps, seed) for spec, runs in by_spec.items()),
+        *(_spec_row(spec, runs, summaries[spec]) for spec, runs in by_spec.items()),
     ]
 
 
@@ -410,16 +452,52 @@ def _comparison_lines(comparison: Comparison, specs: int) -> list[str]:
     return lines
 
 
-def _markdown(title: str, by_spec: dict[str, list[RunResult]], comparison: Comparison, images: list[str],
-              reps: int, seed: int) -> str:
+def _plot_lines(files: list[str]) -> list[str]:
+    """Each plot of the plot files shown (its PNG, else its SVG) or linked (a PDF), and its other formats linked."""
+    lines = []
+    for name in FIGURES:
+        written = [file for file in files if file.rpartition(".")[0] == name]
+        if not written:
+            continue
+        shown = next((file for file in written if file.endswith((".png", ".svg"))), None)
+        others = ", ".join(f"[{file}]({file})" for file in written if file != shown)
+        if shown is None:
+            lines.append(f"{name}: {others}")
+        else:
+            lines.append(f"![{name}]({shown})" + (f" (also {others})" if others else ""))
+    return ["", "## Plots", "", *lines] if lines else []
+
+
+TABLE_TEXT = {"aggregate": "per spec: runs counted/total; IQM, mean and median of the final evaluation return, each "
+                           "with its 95% CI; the optimality gap where the env has a positive solved threshold",
+              "improvement": "P(X > Y) [95% CI] for each pair of specs"}
+
+
+def _table_lines(files: list[str], summaries: dict[str, aggregate.Summary]) -> list[str]:
+    """The table files written, what each table holds, and why a spec has no optimality gap."""
+    listed = {name: [file for file in files if file.rpartition(".")[0] == name] for name in TABLES}
+    if not any(listed.values()):
+        return []
+    lines = ["", "## Tables for papers", ""]
+    lines += [f"- {', '.join(f'[{file}]({file})' for file in written)}: {TABLE_TEXT[name]}"
+              for name, written in listed.items() if written]
+    lines += ["", "The LaTeX tables are booktabs tabulars (`\\usepackage{booktabs}`); the csv files hold the raw "
+              "numbers, an interval as its value, `_low` and `_high` columns. The optimality gap (Agarwal et al. "
+              "2021) is the mean of max(1 - return / solved threshold, 0) over the runs: how far they fall short "
+              "of solving the env, as a share of the threshold (0: every run solved)."]
+    missing = aggregate.notes(list(summaries.values()))
+    return lines + (["", *(f"- {line}" for line in missing)] if missing else [])
+
+
+def _markdown(title: str, by_spec: dict[str, list[RunResult]], comparison: Comparison,
+              summaries: dict[str, aggregate.Summary], plot_files: list[str], table_files: list[str],
+              reps: int) -> str:
     """trials.md: the counts, the method in a paragraph, the per-spec table, the comparison, what was left out,
-    and the plots."""
+    the tables for papers and the plots."""
     lines = [f"# {title}", "", _counts_line(by_spec), "", *_method_lines(reps), "", "## Final evaluation return",
-             "", *_spec_table(by_spec, reps, seed), *_comparison_lines(comparison, len(by_spec))]
+             "", *_spec_table(by_spec, summaries), *_comparison_lines(comparison, len(by_spec))]
     left_out = _left_out_lines(by_spec)
     if left_out:
         lines += ["", "## Left out of the statistics", "", *left_out]
-    if images:
-        lines += ["", "## Plots", ""]
-        lines += [f"![{name}]({name}.png)" for name in images]
+    lines += _table_lines(table_files, summaries) + _plot_lines(plot_files)
     return "\n".join(lines) + "\n"

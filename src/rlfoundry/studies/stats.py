@@ -2,7 +2,8 @@
 (NeurIPS; its library is rliable, which the tests use as the reference).
 
 Scores are a matrix [runs, tasks], rliable's convention: one spec on one env over N seeds is [N, 1]. The point
-estimates (mean, median, interquartile mean) come with stratified bootstrap confidence intervals: each task's
+estimates (mean, median, interquartile mean, median of task means, and on normalised scores the optimality gap)
+come with stratified bootstrap confidence intervals: each task's
 runs are resampled with replacement on their own, so the uncertainty is the one over seeds, task by task. That is
 `scipy.stats.bootstrap` with one sample per task and `paired=False`; the intervals are percentile intervals,
 rliable's default. With a few runs the percentile bootstrap covers a little less than its nominal level (the
@@ -62,7 +63,23 @@ def iqm_trims(scores: int) -> bool:
     return int(0.25 * scores) >= 1
 
 
-ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"mean": mean, "median": median, "iqm": iqm}
+def median_of_means(scores: np.ndarray) -> np.ndarray:
+    """The median over tasks of each task's mean over runs (rliable's `aggregate_median`). Across several tasks it
+    is what Agarwal et al. call the median; on one task it is the mean (hence `median` above for seeds)."""
+    return np.median(np.mean(scores, axis=-2), axis=-1)
+
+
+def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> np.ndarray:
+    """How far runs fall short of `gamma`, on average: the mean of max(gamma - score, 0) over every run and task
+    (rliable's `aggregate_optimality_gap`, which clips scores at gamma). Lower is better, 0 when every run reaches
+    gamma. Only meaningful on normalised scores, where gamma = 1 is the target (here: the solved threshold)."""
+    return gamma - np.mean(np.minimum(scores, gamma), axis=(-2, -1))
+
+
+# Estimators that mean something on any scale, and those that need scores normalised to a target of 1.
+ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"mean": mean, "median": median, "iqm": iqm,
+                                                              "median_of_means": median_of_means}
+NORMALISED_ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"optimality_gap": optimality_gap}
 
 
 def _pooled(scores: np.ndarray) -> np.ndarray:
@@ -111,22 +128,27 @@ def _interval(samples: list[np.ndarray], statistic: Callable[..., np.ndarray], r
     return result.confidence_interval.low, result.confidence_interval.high
 
 
-def interval_estimates(scores: np.ndarray, reps: int = REPS, confidence: float = CONFIDENCE,
-                       seed: int = 0) -> dict[str, Estimate]:
-    """Mean, median and IQM of scores [runs, tasks], each with its stratified bootstrap percentile interval.
-
-    Deterministic for a given seed. With a single run per task there is nothing to resample: the interval is
-    the point itself, which says "unknown", not "certain"."""
+def interval_estimate(scores: np.ndarray, estimator: Callable[[np.ndarray], np.ndarray], reps: int = REPS,
+                      confidence: float = CONFIDENCE, seed: int = 0) -> Estimate:
+    """One estimator of scores [runs, tasks] with its stratified bootstrap percentile interval. With a single run
+    per task there is nothing to resample: the interval is the point itself, which says "unknown", not
+    "certain"."""
     scores = _checked(scores)
-    estimates = {}
-    for name, estimator in ESTIMATORS.items():
-        value = float(estimator(scores))
-        low = high = value
-        if scores.shape[0] > 1:
-            interval = _interval(_by_task(scores), _resampled(estimator), reps, confidence, seed)
-            low, high = float(interval[0]), float(interval[1])
-        estimates[name] = Estimate(value, low, high)
-    return estimates
+    value = float(estimator(scores))
+    if scores.shape[0] < 2:
+        return Estimate(value, value, value)
+    low, high = _interval(_by_task(scores), _resampled(estimator), reps, confidence, seed)
+    return Estimate(value, float(low), float(high))
+
+
+def interval_estimates(scores: np.ndarray, reps: int = REPS, confidence: float = CONFIDENCE, seed: int = 0,
+                       normalised: bool = False) -> dict[str, Estimate]:
+    """Every estimator of ESTIMATORS (mean, median, IQM, median of task means) of scores [runs, tasks], each
+    with its stratified bootstrap percentile interval; with `normalised` (scores over a target, 1 = reached) the
+    optimality gap too. Deterministic for a given seed: every estimator sees the same resamples."""
+    scores = _checked(scores)
+    chosen = {**ESTIMATORS, **(NORMALISED_ESTIMATORS if normalised else {})}
+    return {name: interval_estimate(scores, estimator, reps, confidence, seed) for name, estimator in chosen.items()}
 
 
 # ---------------------------------------------------------------- comparisons

@@ -9,17 +9,19 @@ Continuing: the same command with the same `--out` keeps finished runs, resumes 
 their last checkpoint and starts the rest (a run with no checkpoint yet has nothing to lose and starts again). Runs
 are asked to stop with SIGTERM when this command ends or dies (Linux's parent-death signal, so even a `kill -9` of
 this command makes them checkpoint and stop), and a lock file keeps two commands out of one `--out` (the process
-machinery is `experiments.processes`, shared with `rlfoundry sweep`).
+machinery is `studies.processes`, shared with `rlfoundry sweep`).
 
 With `backend="ray"` the same loop runs each trial as a Ray task on a cluster or a local Ray instance
-(`experiments.cluster`): the same command lines, run directories, continuation and report.
+(`studies.cluster`): the same command lines, run directories, continuation and report.
 
-At the end `experiments.results` reads every run directory and writes trials.md, trials.csv and the plots.
+At the end `studies.results` reads every run directory and writes trials.md, trials.csv and the plots, and on
+request the tables for papers (`studies.aggregate`) and the plots as PDF or SVG.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -153,11 +155,13 @@ def _start(trial: Trial, overrides: list[str], group: str, logs: Path, share: in
 
 
 def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Path, workers: int | None = None,
-               show=None, backend: str = "local", address: str | None = None) -> list[RunResult]:
+               show=None, backend: str = "local", address: str | None = None, tables: Sequence[str] = (),
+               figures: Sequence[str] = ("png",)) -> list[RunResult]:
     """Run (or continue) the set in `out` with `workers` processes at once (default: the usable cores; on Ray, the
     cluster's CPUs), here or on a Ray cluster (`backend` "ray", at `address` or a local instance), calling
-    `show(progress)` as it goes; returns every run's result after writing the report. ConfigError for bad input,
-    before anything is created."""
+    `show(progress)` as it goes; returns every run's result after writing the report, with the tables for papers
+    in the `tables` formats (csv, markdown, latex) and the plots in the `figures` formats (png, pdf, svg). On a set
+    that has finished, it only writes the report again. ConfigError for bad input, before anything is created."""
     processes.check_options("trials", backend, ("local", "ray"), address, workers)
     if backend == "ray":
         from rlfoundry.studies.cluster import require_ray
@@ -175,7 +179,7 @@ def run_trials(specs: list[str], seeds: list[int], overrides: list[str], out: Pa
         else:
             _run_all(trials, overrides, out, workers or usable_cores(), show, processes.start)
         results = [_result(trial, out / "logs") for trial in trials]
-        write_report(out, results, title=f"trials {out.name}")
+        write_report(out, results, title=f"trials {out.name}", tables=tables, figures=figures)
     return results
 
 
