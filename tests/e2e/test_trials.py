@@ -70,6 +70,26 @@ def test_two_workers_run_every_seed_report_a_failure_and_record_the_group(tmp_pa
         ("ppo", 1, "failed"), ("ppo", 1, "finished"), ("ppo", 2, "failed"), ("ppo", 2, "finished")]
 
 
+def test_a_run_refused_at_its_start_is_reported_as_refused_with_no_directory(tmp_path):
+    """A spec the loader accepts but the run refuses as bad input (a train.init that is not there): exit 2 in its
+    process, no run directory; the set reports it as refused everywhere and does not advise running it again."""
+    bad = tmp_path / "from-nowhere.yaml"
+    bad.write_text("preset: CartPole-v1:ppo\ntrain:\n  init: nowhere\n")
+    out = tmp_path / "set"
+    code, text = finish(cli("trials", "CartPole-v1:ppo", str(bad), "--seeds", "1", "--out", str(out),
+                            "train.total_timesteps=1024", *SMALL[1:], cwd=tmp_path))
+    assert code == 1, text
+    assert "refused" in text and "fix the spec or the overrides" in text and "continue them" not in text, text
+    assert "train.init: nowhere: no such run directory" in text, text
+    rows = {row["spec"]: row for row in csv.DictReader((out / "trials.csv").open())}
+    assert (rows[str(bad)]["status"], rows["CartPole-v1:ppo"]["status"]) == ("refused", "finished")
+    assert not (out / "from-nowhere").exists()  # neither its run directory nor the spec's
+    report = (out / "trials.md").read_text()
+    (row,) = [line for line in report.splitlines() if line.startswith(f"| `{bad}`")]
+    assert row.split("|")[2:5] == [" 1 ", " 0 ", " 1 "]  # runs, counted, failed
+    assert "from-nowhere/s1" not in report  # no link to a directory that does not exist
+
+
 def test_a_killed_set_continues_and_keeps_finished_runs(tmp_path):
     out = tmp_path / "set"
     args = ("trials", "CartPole-v1:ppo", "--seeds", "3", "--workers", "1", "--out", str(out), *SMALL,

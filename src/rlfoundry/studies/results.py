@@ -32,7 +32,9 @@ from rlfoundry.records.rundir import write_atomic
 from rlfoundry.records.tables import EXTENSIONS, Column, number_text
 from rlfoundry.studies import aggregate, plots, stats
 
-STATUSES = ("finished", "failed", "stopped", "running", "missing")
+# "refused": the run's command refused its spec as bad input (exit 2), so it made no run directory; "missing": no
+# readable summary.json for another reason (a run never started, a deleted directory)
+STATUSES = ("finished", "failed", "refused", "stopped", "running", "missing")
 CSV_COLUMNS = ("spec", "seed", "env_id", "status", "final_return", "normalised_return", "solved_return", "steps",
                "wall_time_s", "sps", "run_dir", "error")
 CITATION = ('Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical Precipice" (NeurIPS), '
@@ -350,7 +352,7 @@ def _spec_row(spec: str, runs: list[RunResult], summary: aggregate.Summary) -> s
             cells[2] = "= mean (nothing trimmed below 4 runs)"
     walls = [run.wall_time_s for run in runs if run.wall_time_s is not None]
     sps = _mean_of([run.sps for run in runs])
-    failed = sum(run.status == "failed" for run in runs)
+    failed = sum(run.status in ("failed", "refused") for run in runs)
     return "| " + " | ".join([
         f"`{spec}`", str(len(runs)), str(n), str(failed), *cells,
         _duration(sum(walls)) if walls else "-", _duration(sum(walls) / len(walls)) if walls else "-",
@@ -387,7 +389,8 @@ def _left_out_lines(by_spec: dict[str, list[RunResult]]) -> list[str]:
         for run in runs:
             if run.left_out is not None:
                 error = f": {run.error}" if run.error else ""
-                lines.append(f"- `{spec}` seed {run.seed}: {run.left_out}{error} (`{run.run_dir}`)")
+                where = f" (`{run.run_dir}`)" if run.run_dir.is_dir() else ""  # a refused run made none
+                lines.append(f"- `{spec}` seed {run.seed}: {run.left_out}{error}{where}")
     return lines
 
 

@@ -20,6 +20,7 @@ request the tables for papers (`studies.aggregate`) and the plots as PDF or SVG.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -140,11 +141,14 @@ def _log(trial: Trial, logs: Path) -> Path:
 
 
 def _result(trial: Trial, logs: Path) -> RunResult:
-    """The trial's run; one that left no run directory (its spec was bad input for the env: the trainer writes
-    nothing then) gives the error from its console output."""
+    """The trial's run; one that left no run directory but a console output was refused as bad input (the trainer
+    writes nothing then: an agent that cannot take the env, a `train.init` that does not fit): `refused`, with the
+    error from that output. The spec's directory, made for it and left empty, goes too."""
     result, log = read_run(trial.run_dir, trial.spec, trial.seed), _log(trial, logs)
     if result.status == "missing" and not trial.run_dir.exists() and log.is_file():
-        result.error = processes.error_line(log)
+        result.status, result.error = "refused", processes.error_line(log)
+        with contextlib.suppress(OSError):  # only while empty: another seed's run may be there
+            trial.run_dir.parent.rmdir()
     return result
 
 
