@@ -224,13 +224,15 @@ def export(
     seed: SeedFilter = None, group: GroupFilter = None, sort: SortKey = "id", descending: Descending = False,
     aggregate: Annotated[bool, typer.Option("--aggregate", help="One row per group of runs instead of per run: runs counted/total, and the IQM, mean and median of the final evaluation return (eval_return_mean: the mean return of a run's last evaluation; runs that finished, or stopped after an evaluation, count) with 95% stratified bootstrap CIs, and the optimality gap where the env's solved threshold is positive.")] = False,
     by: Annotated[str | None, typer.Option("--by", help="With --aggregate, the keys of a group, comma-separated: env, algo, variant, group or a dotted config key (algo.lr); default env,algo,variant. Without env a group spans envs and is scored on return / solved threshold, with the median of the env means too.")] = None,
+    improvement: Annotated[bool, typer.Option("--improvement", help="With --aggregate, P(X > Y) [95% CI] for each pair of groups that ran the same envs instead: the probability that a run of X scores above a run of Y on the same env.")] = False,
     runs_root: RunsRoot = Path("runs"),
 ) -> None:
     """Export the recorded runs (with the same filters as `list`), one row per run or, with --aggregate, per group."""
     if fmt not in FORMATS:
         fail(f"--format {fmt}: unknown format; available: {', '.join(FORMATS)}")
-    if by is not None and not aggregate:
-        fail("--by groups the rows of --aggregate; add --aggregate")
+    for option, given in (("--by", by is not None), ("--improvement", improvement)):
+        if given and not aggregate:
+            fail(f"{option} is for the groups of --aggregate; add --aggregate")
     if out_path is not None and not out_path.parent.is_dir():
         fail(f"--out {out_path}: directory {out_path.parent} does not exist")
     with _user_errors():
@@ -238,7 +240,7 @@ def export(
         registry = _registry(runs_root)
         records = registry.query(_filters(env, algo, variant, status, seed, group), sort, descending)
         if aggregate:
-            text, rows, notes = _aggregate(records, keys, fmt)
+            text, rows, notes = _aggregate(records, keys, fmt, improvement)
         else:
             text, rows, notes = render(records, fmt), f"{len(records)} runs", []
     for note in notes:
@@ -256,11 +258,15 @@ def _group_keys(by: str | None) -> tuple[str, ...]:
     return group_keys(by)
 
 
-def _aggregate(records: list[RunRecord], keys: tuple[str, ...], fmt: str) -> tuple[str, str, list[str]]:
-    """The table of the records grouped by `keys`, how many rows it has, and notes: the scale, and what a group is
-    missing and why."""
+def _aggregate(records: list[RunRecord], keys: tuple[str, ...], fmt: str,
+               improvement: bool) -> tuple[str, str, list[str]]:
+    """The table of the records grouped by `keys` (or, with `improvement`, of P(X > Y) between the groups), how many
+    rows it has, and notes: the scale, and what a group is missing and why."""
     from rlfoundry.studies import aggregate
 
+    if improvement:
+        table, left_out = aggregate.group_improvement(aggregate.record_groups(records, keys))
+        return table.render(fmt), f"{len(table.rows)} pairs of groups", left_out
     normalised = "env_id" not in keys
     summaries = aggregate.summarise(aggregate.record_groups(records, keys), normalised=normalised)
     table = aggregate.aggregate_table(summaries, aggregate.label_columns(keys), normalised)

@@ -147,10 +147,36 @@ def _estimate_cell(summary: Summary, name: str) -> Cell:
 
 
 def improvement_table(improvement: dict[tuple[str, str], stats.Estimate], names: Sequence[str]) -> Table:
-    """P(X > Y) [95% CI] for each pair of `names` in their order (P(Y > X) is one minus it)."""
+    """P(X > Y) [95% CI] for each pair of `names` in their order that `improvement` holds (P(Y > X) is one minus
+    it)."""
     columns = (Column("x", "X"), Column("y", "Y"), Column("probability", "P(X > Y) [95% CI]", "interval", 2))
-    rows = tuple((x, y, improvement[x, y]) for i, x in enumerate(names) for y in names[i + 1:])
+    rows = tuple((x, y, improvement[x, y]) for i, x in enumerate(names) for y in names[i + 1:] if (x, y) in improvement)
     return Table(columns, rows)
+
+
+def group_improvement(groups: Sequence[Group], reps: int = stats.REPS, seed: int = 0) -> tuple[Table, list[str]]:
+    """P(X > Y) [95% CI] for each pair of groups that ran the same envs, and notes on the groups left out. Returns
+    are compared per env, so no normalisation is needed (P(X > Y) reads only the order of runs within an env); a
+    group needs as many counted runs on each of its envs (the stratified bootstrap resamples a rectangle)."""
+    matrices: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
+    left_out = []
+    for group in groups:
+        name = " / ".join(group.label)
+        by_task: dict[str, list[float]] = {}
+        for score in group.scores:
+            by_task.setdefault(score.task, []).append(score.value)
+        if not by_task:
+            left_out.append(f"{name}: {NO_RUNS}")
+        elif len({len(values) for values in by_task.values()}) > 1:
+            left_out.append(f"{name}: its envs have different numbers of runs that count")
+        else:
+            tasks = tuple(sorted(by_task))
+            matrices[name] = tasks, np.array([by_task[task] for task in tasks], dtype=float).T
+    names = list(matrices)
+    pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:] if matrices[x][0] == matrices[y][0]]
+    improvement = {(x, y): stats.probability_of_improvement(matrices[x][1], matrices[y][1], reps=reps, seed=seed)
+                   for x, y in pairs}
+    return improvement_table(improvement, names), left_out
 
 
 def notes(summaries: Sequence[Summary]) -> list[str]:
