@@ -98,8 +98,8 @@ def run_set(specs: list[str], seeds: list[int], overrides: list[str], out_dir: s
     out().print(f"report: {path / 'trials.md'}", highlight=False)
     refused = [r for r in failed if r.status == "refused"]
     if refused:  # the same command would refuse them again
-        specs = ", ".join(dict.fromkeys(r.spec for r in refused))
-        fail(f"{len(refused)} of {len(results)} runs refused their config as bad input ({specs}): fix the spec or "
+        named = ", ".join(dict.fromkeys(r.spec for r in refused))
+        fail(f"{len(refused)} of {len(results)} runs refused their config as bad input ({named}): fix the spec or "
              "the overrides (the errors are above)", code=1)
     if failed:
         fail(f"{len(failed)} of {len(results)} runs did not finish; run the same command with --out {path} to "
