@@ -52,6 +52,11 @@ ERRORS = {
     "nproc memory core": Case(["train", "CartPole-v1:ppo", "network.core=gru", "--nproc", "2"],
                               ["--nproc 2", "network.core=gru", "one process"]),
     "unknown env id": Case(["train", "CartPol-v1:ppo"], ["CartPol-v1", "did you mean 'CartPole-v1'"]),
+    # the wrapper's own constructor refuses the entry: the error names the entry, not the env id
+    "wrapper refuses its kwargs": Case(
+        ["train", "CartPole-v1:ppo", "env.wrappers=[{id: TimeAwareObservation}, "
+         "{id: ClipReward, kwargs: {min_reward: 1, max_reward: 0}}]"],
+        ["env.wrappers[1] = ClipReward", "InvalidBound", "Min reward (1) must be smaller than max reward (0)"]),
     "unknown variant": Case(["train", "CartPole-v1:nope"], ["nope", "available: ppo"]),
     "bad literal": Case(["train", "CartPole-v1:ppo", "env.vectorization=turbo"],
                         ["env.vectorization", "turbo", "'sync'", "'async'", "'vector_entry_point'"]),
@@ -178,9 +183,12 @@ def test_bad_input_formerly_crashing(results, name):
     check_bad_input(results[name], MALFORMED[name][0])
 
 
-def test_config_errors_are_one_error_line(results):
-    result = results["unknown env id"]
-    assert result.stderr.lstrip().startswith("error:")
+@pytest.mark.parametrize(("name", "start"), [("unknown env id", "error: env.id = 'CartPol-v1'"),
+                                             ("wrapper refuses its kwargs", "error: env.wrappers[1] = ClipReward")])
+def test_config_errors_are_one_error_line(results, name, start):
+    result = results[name]
+    assert result.stderr.strip().splitlines()[0].startswith(start) and len(result.stderr.strip().splitlines()) == 1
+    assert "cannot be created" not in result.stderr
     assert result.stdout == ""
 
 

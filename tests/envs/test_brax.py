@@ -24,7 +24,7 @@ from rollouts import rollout  # noqa: E402  (tests/envs/rollouts.py)
 from rlfoundry.config.errors import ConfigError  # noqa: E402
 from rlfoundry.config.sections import EnvConfig  # noqa: E402
 from rlfoundry.envs import brax as brax_envs  # noqa: E402  (registers the ids)
-from rlfoundry.envs import choose_vectorization, make, probe_spaces  # noqa: E402
+from rlfoundry.envs import choose_vectorization, make, make_single, probe_spaces  # noqa: E402
 from rlfoundry.envs import state as envs_state  # noqa: E402
 
 FAST = "brax/fast-v0"
@@ -71,6 +71,23 @@ def test_single_env_passes_check_env():
         assert env.spec.id == FAST and env.spec.max_episode_steps == 1000
     finally:
         env.close()
+
+
+def test_make_single_builds_one_brax_env():
+    """`make_single` (`load_policy(...).make_env()`, `play`): one `BraxEnv` in the id's time limit, which starts as
+    sub-env i of the batched env when reset with seed + i."""
+    env = make_single(EnvConfig(id=FAST, max_episode_steps=3))
+    batched = vector(FAST, 2)
+    try:
+        assert isinstance(env.unwrapped, brax_envs.BraxEnv) and env.spec.max_episode_steps == 3
+        assert env.observation_space == batched.single_observation_space
+        starts, _ = batched.reset(seed=20)
+        np.testing.assert_array_equal(env.reset(seed=21)[0], starts[1])
+        ends = [env.step(np.ones(1, np.float32))[2:4] for _ in range(3)]
+        assert ends == [(False, False), (False, False), (False, True)]
+    finally:
+        env.close()
+        batched.close()
 
 
 def test_truncation_at_max_episode_steps_then_a_reset_step():

@@ -63,6 +63,36 @@ def test_bad_entries_are_config_errors(entry, message):
         make(cfg)
 
 
+@pytest.mark.parametrize("env_id, wrappers, message", [
+    ("CartPole-v1", [TIME, {"id": "ClipReward", "kwargs": {"min_reward": 1, "max_reward": 0}}],
+     r"^env.wrappers\[1\] = ClipReward with kwargs \{'min_reward': 1, 'max_reward': 0\}: cannot wrap CartPole-v1: "
+     r"InvalidBound: Min reward \(1\) must be smaller than max reward \(0\)$"),
+    ("CarRacing-v3", [{"id": "ResizeObservation", "kwargs": {"shape": [3]}}],
+     r"^env.wrappers\[0\] = ResizeObservation with kwargs \{'shape': \[3\]\}: cannot wrap CarRacing-v3: "
+     r"ValueError: ResizeObservation requires shape tuple of length 2, got \(3,\)$"),
+])
+def test_a_wrapper_refusing_its_entry_is_a_config_error_naming_it(env_id, wrappers, message):
+    """The wrapper's own constructor raises: the error names the entry and gives the wrapper's message, and the env
+    it was to wrap is closed."""
+    cfg = EnvConfig(id=env_id, wrappers=wrappers)
+    with pytest.raises(ConfigError, match=message):
+        probe_spaces(cfg.id, {}, cfg)
+    with pytest.raises(ConfigError, match=message):
+        make(cfg.model_copy(update={"num_envs": 1}))
+
+
+def test_the_env_is_closed_when_a_wrapper_refuses_it(monkeypatch):
+    import gymnasium as gym
+
+    closed = []
+    monkeypatch.setattr(gym.Wrapper, "close", lambda self: closed.append(type(self).__name__))
+    clip = {"id": "ClipReward", "kwargs": {"min_reward": 1, "max_reward": 0}}
+    cfg = EnvConfig(id="CartPole-v1", wrappers=[TIME, clip])
+    with pytest.raises(ConfigError, match=r"env.wrappers\[1\]"):
+        probe_spaces(cfg.id, {}, cfg)
+    assert closed == ["TimeAwareObservation"]  # the chain built so far, from its outermost wrapper
+
+
 def test_ale_ids_refuse_wrappers():
     pytest.importorskip("ale_py")
     with pytest.raises(ConfigError, match="not applied to ALE ids"):

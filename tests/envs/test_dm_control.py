@@ -56,6 +56,38 @@ def test_importing_the_family_registers_its_ids():
         assert gym.spec(env_id).id == env_id
 
 
+def test_every_id_has_a_string_entry_point_of_ours_that_builds_what_shimmy_builds():
+    """shimmy's partials cannot go through `EnvSpec.to_json`; ours are strings, and build shimmy's env class around
+    the same dm_control env (same spaces, same first observation)."""
+    from shimmy.dm_control_compatibility import DmControlCompatibilityV0
+    from shimmy.registration import DM_CONTROL_MANIPULATION_ENVS, DM_CONTROL_SUITE_ENVS
+
+    ids = [env_id for env_id in gym.registry if env_id.startswith("dm_control/")]
+    assert len(ids) == len(DM_CONTROL_SUITE_ENVS) + len(DM_CONTROL_MANIPULATION_ENVS) + 9 + 1  # 9 locomotion
+    kinds = {gym.spec(env_id).entry_point for env_id in ids}
+    assert kinds == {f"rlfoundry.envs.dm_control:{name}" for name in ("SuiteTask", "ManipulationTask",
+                                                                       "LocomotionTask")} | {
+        gym.spec("dm_control/compatibility-env-v0").entry_point}  # wraps an env object handed to it: shimmy's
+    assert gym.spec(CARTPOLE).kwargs == {"domain_name": "cartpole", "task_name": "swingup"}
+    assert gym.spec("dm_control/RodentTwoTouch-v0").kwargs == {"example": "basic_rodent_2020.rodent_two_touch"}
+    assert gym.spec("dm_control/RodentTwoTouch-v0").nondeterministic  # shimmy's registration, kept
+
+    from dm_control import suite
+
+    theirs = DmControlCompatibilityV0(suite.load("cartpole", "swingup"))
+    ours = gym.make(gym.envs.registration.EnvSpec.from_json(gym.spec(CARTPOLE).to_json()))
+    try:
+        assert isinstance(ours.unwrapped, DmControlCompatibilityV0)
+        assert ours.observation_space == theirs.observation_space and ours.action_space == theirs.action_space
+        first, again = ours.reset(seed=3)[0], theirs.reset(seed=3)[0]
+        assert first.keys() == again.keys()
+        for key in first:
+            np.testing.assert_array_equal(first[key], again[key])
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_observation_is_flattened_in_the_tasks_order(build):
     """Walker's task lists orientations (14), height (a scalar: 1 entry), velocity (9); shimmy's Dict space sorts
     them (height first), which is the order a flattening by the space would take."""

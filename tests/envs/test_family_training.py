@@ -1,15 +1,19 @@
 """Each optional env family trains a few PPO iterations end to end, through the same trainer as
 `rlfoundry presets --smoke` (`rlfoundry.run.smoke`), with the generic defaults its spaces call for, and records the
-vectorization the family needs."""
+vectorization the family needs; the trained policy then plays in its single env (`load_policy(run).make_env()`, the
+env `rlfoundry play` uses), Brax's and Retro's included."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 
+from rlfoundry import load_policy
 from rlfoundry.run.smoke import smoke
+from rlfoundry.trained.play import play
 
 CASES = {
     # id: (overrides, the vectorization the run must record)
@@ -35,3 +39,11 @@ def test_a_few_ppo_iterations(tmp_path, monkeypatch, quiet, env_id):
     config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     if vectorization:
         assert config["provenance"]["vectorization"] == vectorization
+    policy = load_policy(tmp_path / "run")
+    env = policy.make_env()
+    try:
+        assert env.observation_space.shape == policy.spec.observation_space.shape
+    finally:
+        env.close()  # Retro: one emulator per process, and play opens its own
+    [episode] = play(policy, episodes=1, render="none", seed=0, max_steps=5)
+    assert episode["length"] >= 1 and np.isfinite(episode["return"])

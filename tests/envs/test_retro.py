@@ -184,9 +184,10 @@ def test_spaces_frame_skip_and_time_limit(airstriker):
 @needs_retro
 def test_check_env_passes_on_the_single_env(airstriker):
     env = airstriker(retro={"frame_stack": 2, "repeat_action_probability": 0.25})
-    # no close check: it builds a second env beside this one, which stable-retro refuses in one process
-    check_env(env, skip_render_check=True, skip_close_check=True)
+    # its close check builds a second env beside this one: the game's spaces known, that env opens no emulator
+    check_env(env, skip_render_check=True)
     assert env.spec is not None and env.spec.id == AIRSTRIKER
+    assert env.unwrapped.retro is not None  # this one's emulator stays open
 
 
 @needs_retro
@@ -263,14 +264,35 @@ def test_sync_vectorization_is_a_config_error():
 
 
 @needs_retro
-def test_a_second_emulator_in_one_process_is_a_config_error(airstriker):
-    airstriker()
+def test_two_emulators_at_once_in_one_process_are_a_config_error(airstriker):
+    first = airstriker()
+    second = airstriker()  # built beside the first: the game's spaces are known, its emulator waits for its reset
+    assert second.observation_space == first.observation_space and second.unwrapped.retro is None
     with pytest.raises(ConfigError, match="one emulator per process.*env.vectorization: async"):
-        airstriker()
+        second.reset(seed=0)
+    with pytest.raises(ConfigError, match="one emulator per process"):  # a start state not built before: no spaces
+        airstriker(kwargs={"state": "Level1"})
+    first.close()
+    obs, _ = second.reset(seed=0)  # the first one closed: the second opens its own
+    assert obs.shape == (4, 84, 84) and second.unwrapped.retro is not None
+
+
+@needs_retro
+def test_a_notebook_can_rebuild_the_env_it_holds():
+    register_optional_families(AIRSTRIKER)
+    env = single(EnvConfig(id=AIRSTRIKER))
+    env = single(EnvConfig(id=AIRSTRIKER))  # the old env is held until this one is built, then it is garbage
+    try:
+        obs, _ = env.reset(seed=0)  # stable-retro collects the old emulator before opening this one
+        assert obs.shape == (4, 84, 84)
+    finally:
+        env.close()
 
 @needs_retro
 @pytest.mark.parametrize(("env_id", "kwargs", "expected"), [
     (MISSING, {}, "ROM is not installed.*python -m stable_retro.import"),
+    ("retro/SomeGameWithoutRom-v0", {}, "integrates no such game.*ids look like retro/Airstriker-Genesis-v0"),
+    ("retro/Airstriker-Genesis-v1", {}, "integrates no such game.*did you mean retro/Airstriker-Genesis-v0"),
     (AIRSTRIKER, {"state": "Level9"}, "env.kwargs.state = 'Level9'.*allowed: Level1"),
     (AIRSTRIKER, {"use_restricted_actions": 0}, "env.kwargs.use_restricted_actions"),
     (AIRSTRIKER, {"obs_type": 1}, "env.kwargs.obs_type"),

@@ -5,6 +5,11 @@ a state API or rendering. `single` is a SyncVectorEnv of Gymnasium ALE envs, eac
 Python copy of ale-py 0.12's C++ per-env loop (`src/ale/vector/preprocessed_env.cpp`), whose state can be captured
 and which renders. `AtariEpisodes` does episodic life and reward clipping here rather than in ALE, whose own
 episodic life restarts the whole game at every life loss. docs/environments/atari.md describes all three.
+
+Closing an env frees its emulators at once (`free_emulators`) rather than when the env object is collected: a run's
+agent sits in reference cycles that hold its envs, and the `rlfoundry` command freezes the garbage collector on its
+way out, so an emulator left to the env's collection outlives the interpreter, and ale_py's nanobind bindings
+print "nanobind: leaked N instances" for each one at exit.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import AtariConfig
+from rlfoundry.envs.wrappers import ChannelsFirst
 
 VECTOR_ENTRY_POINT = "ale_py.vector_env:AtariVectorEnv"
 
@@ -181,18 +187,16 @@ def make_game(env_id: str, atari_cfg, render_mode: str | None = None) -> gym.Env
         fire = atari_cfg.fire_reset and Action.FIRE in frames.action_set
         env = LifeLossAction(env, frames.action_set.index(Action.FIRE if fire else Action.NOOP))
     if atari_cfg.obs_type == "pixels" and not atari_cfg.grayscale:
-        stack, height, width, colours = _shape(env.observation_space)
-        shape = (stack * colours, height, width)
-        env = gym.wrappers.TransformObservation(env, lambda obs: obs.transpose(0, 3, 1, 2).reshape(shape),
-                                                spaces.Box(0, 255, shape, dtype=np.uint8))
+        env = ChannelsFirst(env)  # [S, H, W, 3] -> [S * 3, H, W]
     return env
 
 
-class LifeLossAction(gym.Wrapper):
+class LifeLossAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """The step after a life loss takes `reset_action`, whatever the agent chose (`AtariEpisodes` for one game)."""
 
     def __init__(self, env: gym.Env, reset_action: int):
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, reset_action=reset_action)
+        gym.Wrapper.__init__(self, env)
         self.reset_action, self.life_lost = reset_action, False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -203,6 +207,12 @@ class LifeLossAction(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(self.reset_action if self.life_lost else action)
         self.life_lost = bool(info["life_loss"])
         return obs, reward, terminated, truncated, info
+
+
+def free_emulators(env: object) -> None:
+    """Drop the emulator a closed env holds (`ale`: AtariEnv's ALEInterface, AtariVectorEnv's ALEVectorInterface),
+    which frees it and stops its threads now (module docstring); nothing for an env without one."""
+    vars(env).pop("ale", None)
 
 
 def _shape(space: spaces.Space) -> tuple[int, ...]:
@@ -302,6 +312,10 @@ class AtariFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
     @property
     def ale(self):
         return self.env.unwrapped.ale
+
+    def close(self) -> None:
+        super().close()
+        free_emulators(self.env.unwrapped)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         from ale_py import Action
@@ -437,6 +451,10 @@ class AtariEpisodes(VectorWrapper):
         self.frames = np.zeros(n, dtype=np.int64)  # ALE's episode_frame_number, rising within a game
         self.game_reset = np.zeros(n, dtype=bool)
         self.life_reset = np.zeros(n, dtype=bool)
+
+    def close(self, **kwargs: Any) -> None:
+        super().close(**kwargs)  # the single backend's SyncVectorEnv closes each AtariFrames, which frees its own
+        free_emulators(self.env.unwrapped)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)

@@ -1,8 +1,10 @@
 """Gymnasium wrappers named in the config (`env.wrappers`), applied to each sub-env in the listed order, innermost
 first, after the family's own preprocessing. A name without a colon is looked up in `gymnasium.wrappers`;
 `module:Class` imports the user's own module. Lists among the kwargs are given as tuples (YAML has none;
-`ResizeObservation` checks for one). An unknown name, a class that is not a `gymnasium.Wrapper` or a keyword the
-wrapper does not take is a ConfigError (exit 2) naming the entry; docs/environments/options.md shows an example.
+`ResizeObservation` checks for one). An unknown name, a class that is not a `gymnasium.Wrapper`, a keyword the
+wrapper does not take, and any error its constructor raises (`ClipReward` with min > max, a shape it cannot resize
+to) is a ConfigError (exit 2) naming the entry, `env.wrappers[i]`, with the wrapper's own message;
+docs/environments/options.md shows an example.
 """
 
 from __future__ import annotations
@@ -48,19 +50,35 @@ def resolve_wrapper(name: str, where: str) -> type[gym.Wrapper]:
 
 
 def apply_wrappers(env: gym.Env, wrappers: list) -> gym.Env:
-    """`env` inside each of `wrappers` (`WrapperConfig`s) in order."""
-    for index, entry in enumerate(wrappers):
-        where = f"env.wrappers[{index}].id"
-        cls = resolve_wrapper(entry.id, where)
-        # YAML has no tuples, and Gymnasium's wrappers check for them (ResizeObservation's `shape`)
-        kwargs = {key: tuple(value) if isinstance(value, list) else value for key, value in entry.kwargs.items()}
-        try:
-            inspect.signature(cls).bind(env, **kwargs)
-        except TypeError as exc:
-            raise ConfigError(f"{where} = '{entry.id}': bad env.wrappers[{index}].kwargs {entry.kwargs}: {exc}; "
-                              f"it takes {inspect.signature(cls)}") from None
-        env = cls(env, **kwargs)
+    """`env` inside each of `wrappers` (`WrapperConfig`s) in order; on a bad entry, `env` is closed and the
+    ConfigError names the entry (module docstring)."""
+    try:
+        for index, entry in enumerate(wrappers):
+            env = _wrap(env, index, entry)
+    except ConfigError:
+        env.close()
+        raise
     return env
+
+
+def _wrap(env: gym.Env, index: int, entry) -> gym.Env:
+    where = f"env.wrappers[{index}].id"
+    cls = resolve_wrapper(entry.id, where)
+    # YAML has no tuples, and Gymnasium's wrappers check for them (ResizeObservation's `shape`)
+    kwargs = {key: tuple(value) if isinstance(value, list) else value for key, value in entry.kwargs.items()}
+    try:
+        inspect.signature(cls).bind(env, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where} = '{entry.id}': bad env.wrappers[{index}].kwargs {entry.kwargs}: {exc}; "
+                          f"it takes {inspect.signature(cls)}") from None
+    try:
+        return cls(env, **kwargs)
+    except Exception as exc:  # the wrapper refuses its kwargs or this env: the user's entry, said on one line
+        shown = f"{entry.id} with kwargs {entry.kwargs}" if entry.kwargs else entry.id
+        env_id = env.spec.id if env.spec is not None else "the env"
+        message = " ".join(str(exc).split()) or "no message"
+        raise ConfigError(f"env.wrappers[{index}] = {shown}: cannot wrap {env_id}: "
+                          f"{type(exc).__name__}: {message}") from None
 
 
 def wrapped(make_env, wrappers: list) -> gym.Env:

@@ -1,21 +1,31 @@
 """DeepMind Control Suite ids, `dm_control/<domain>-<task>-v0`, through shimmy's Gymnasium wrapper of dm_control.
 
 Importing this module registers the ids (shimmy does on import), after choosing a headless OpenGL backend for
-MuJoCo when `MUJOCO_GL` is unset: dm_control reads it at its first import. `make_env` builds one env observing what
-`env.dm_control` asks for: the observation dict flattened in the task's own key order (`DmcProprio`; shimmy's Dict
-space sorts the keys), or rendered frames (`DmcPixels`, which renders only the frames the agent sees under an
-action repeat). docs/environments/dm-control.md describes both, the episodes and resume.
+MuJoCo when `MUJOCO_GL` is unset: dm_control reads it at its first import. shimmy registers its ids with
+`functools.partial`s of functions local to its registration, which `EnvSpec.to_json` refuses; the ids are registered
+again here with string entry points of ours that build the same envs (`SuiteTask`, `ManipulationTask`,
+`LocomotionTask`), so that a spec goes through JSON and `check_renders` reads the render modes without building one.
+
+`make_env` builds one env observing what `env.dm_control` asks for: the observation dict flattened in the task's own
+key order (`DmcProprio`; shimmy's Dict space sorts the keys), or rendered frames (`DmcPixels`, which renders only the
+frames the agent sees under an action repeat). docs/environments/dm-control.md describes both, the episodes and
+resume.
 """
 
 from __future__ import annotations
 
 import ctypes.util
+import dataclasses
+import importlib
 import os
 import sys
+from functools import partial
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.utils import EzPickle
 
 from rlfoundry.config.errors import ConfigError
 
@@ -36,11 +46,76 @@ if "MUJOCO_GL" not in os.environ and (_gl := _default_gl()) is not None:
 try:
     import shimmy  # noqa: F401  registers the dm_control/* ids
     from shimmy.dm_control_compatibility import DmControlCompatibilityV0
+    from shimmy.registration import DM_CONTROL_MANIPULATION_ENVS, DM_CONTROL_SUITE_ENVS
 except RuntimeError as exc:  # dm_control refuses an unknown MUJOCO_GL at import
     raise ConfigError(f"MUJOCO_GL = {os.environ.get('MUJOCO_GL')!r}: {exc}") from None
 
 SHIMMY_INFO = ("timestep.discount", "timestep.step_type")
 _RENDERING_PID: int | None = None  # the process that has rendered here (opened an OpenGL context)
+
+
+class SuiteTask(DmControlCompatibilityV0):
+    """A suite task, `dm_control/<domain>-<task>-v0`: `dm_control.suite.load` in shimmy's env, as shimmy's own entry
+    point builds it (the same arguments; `render_mode` and `render_kwargs` are shimmy's)."""
+
+    def __init__(self, domain_name: str, task_name: str, task_kwargs: dict | None = None,
+                 environment_kwargs: dict | None = None, visualize_reward: bool = False,
+                 render_mode: str | None = None, render_kwargs: dict[str, Any] | None = None):
+        from dm_control import suite
+
+        super().__init__(suite.load(domain_name, task_name, task_kwargs, environment_kwargs, visualize_reward),
+                         render_mode, render_kwargs)
+        # what a pickle rebuilds the env from: these arguments, not the dm_control env they built
+        EzPickle.__init__(self, domain_name, task_name, task_kwargs, environment_kwargs, visualize_reward,
+                          render_mode, render_kwargs)
+
+
+class ManipulationTask(DmControlCompatibilityV0):
+    """A manipulation task, `dm_control/<name>-v0` (`dm_control.manipulation.load`), as shimmy builds it."""
+
+    def __init__(self, env_name: str, render_mode: str | None = None, render_kwargs: dict[str, Any] | None = None):
+        from dm_control import manipulation
+
+        super().__init__(manipulation.load(env_name), render_mode, render_kwargs)
+        EzPickle.__init__(self, env_name, render_mode, render_kwargs)
+
+
+class LocomotionTask(DmControlCompatibilityV0):
+    """A locomotion example (`dm_control/CmuHumanoidRunWalls-v0`, ...), as shimmy builds it; `example` names its
+    function in `dm_control.locomotion.examples` (`basic_cmu_2019.cmu_humanoid_run_walls`)."""
+
+    def __init__(self, example: str, random_state: np.random.RandomState | None = None,
+                 render_mode: str | None = None, render_kwargs: dict[str, Any] | None = None):
+        module, _, function = example.partition(".")
+        build = getattr(importlib.import_module(f"dm_control.locomotion.examples.{module}"), function)
+        super().__init__(build(random_state), render_mode, render_kwargs)
+        EzPickle.__init__(self, example, random_state, render_mode, render_kwargs)
+
+
+def _entry_point(cls: type, env_id: str, kwargs: dict[str, Any]) -> None:
+    spec = gym.registry.get(env_id)
+    if spec is not None:
+        gym.registry[env_id] = dataclasses.replace(spec, entry_point=f"{__name__}:{cls.__name__}",
+                                                   kwargs={**kwargs, **spec.kwargs})
+
+
+def register_string_entry_points() -> None:
+    """Give each id shimmy registered an entry point of ours that builds the same env (module docstring): its spec,
+    nondeterminism and kwargs stay shimmy's. `dm_control/compatibility-env-v0`, which wraps an env object handed
+    to it, keeps shimmy's."""
+    for domain, task in DM_CONTROL_SUITE_ENVS:
+        _entry_point(SuiteTask, f"dm_control/{domain}-{task}-v0", {"domain_name": domain, "task_name": task})
+    for name in DM_CONTROL_MANIPULATION_ENVS:
+        _entry_point(ManipulationTask, f"dm_control/{name}-v0", {"env_name": name})
+    for env_id, spec in list(gym.registry.items()):
+        entry = spec.entry_point
+        if env_id.startswith("dm_control/") and isinstance(entry, partial) and "env_fn" in entry.keywords:
+            build = entry.keywords["env_fn"]
+            example = f"{build.__module__.rsplit('.', 1)[-1]}.{build.__name__}"
+            _entry_point(LocomotionTask, env_id, {"example": example})
+
+
+register_string_entry_points()
 
 
 def async_context(env_cfg) -> str | None:

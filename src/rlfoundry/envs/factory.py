@@ -23,10 +23,12 @@ from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
 from rlfoundry.envs.config_wrappers import wrapped
+from rlfoundry.envs.spaces import flattened
 from rlfoundry.envs.toys import register_toys
 from rlfoundry.envs.wrappers import (
     ActionRepeat,
     FiniteCheck,
+    MaskEntries,
     MaskObservation,
     RenderedFrames,
     images_channel_first,
@@ -37,6 +39,7 @@ from rlfoundry.envs.wrappers import (
 
 # `auto` uses worker processes when one vector step (single-env step time × num_envs) costs at least this.
 ASYNC_STEP_SECONDS = 2e-3
+EVAL_TIME_LIMIT = 10_000  # steps of an evaluation episode of an id without a time limit (`unlimited`)
 
 
 @dataclass(frozen=True)
@@ -203,10 +206,11 @@ def frame_stack(env_cfg) -> int:
 
 
 def check_spaces(env_id: str, observation_space: spaces.Space, action_space: spaces.Space) -> None:
-    if not isinstance(observation_space, spaces.Box):
+    if not isinstance(observation_space, spaces.Box):  # a single env's other spaces are flattened (env_fn)
         raise ConfigError(
-            f"env.id = '{env_id}': observation space {observation_space} is not supported; "
-            "supported: Box (vectors, uint8 images)"
+            f"env.id = '{env_id}': observation space {observation_space} is not supported from a batched entry "
+            "point; supported: Box (vectors, uint8 images), and Discrete, MultiDiscrete, MultiBinary, Tuple and "
+            "Dict of single envs (env.vectorization: sync or async)"
         )
     if not isinstance(action_space, (spaces.Discrete, spaces.Box)):
         raise ConfigError(
@@ -260,8 +264,9 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
 
     MiniGrid ids get their image view (from `env_cfg.minigrid`, else the default partial view), the optional
     families (`FAMILIES`) their own preprocessing; then `env_cfg.action_repeat`, the rendered frames of
-    `env_cfg.pixels`, `env_cfg.wrappers` (`rlfoundry.envs.config_wrappers`), channel-last images transposed to
-    channel-first (`images_channel_first`) and, outermost, images resized to `env_cfg.img_size`.
+    `env_cfg.pixels`, `env_cfg.wrappers` (`rlfoundry.envs.config_wrappers`), observations that are not a Box as one
+    vector (`rlfoundry.envs.spaces`), channel-last images transposed to channel-first (`images_channel_first`) and,
+    outermost, images resized to `env_cfg.img_size`.
     """
     family = load_family(env_id)
     pixels = env_cfg is not None and env_cfg.pixels.enabled
@@ -284,6 +289,7 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
         make_env = partial(RenderedFrames.around, make_env, *env_cfg.pixels.frame_size)
     if env_cfg is not None and env_cfg.wrappers:  # as the env gives its observations (Gymnasium's image wrappers
         make_env = partial(wrapped, make_env, env_cfg.wrappers)  # take channel-last ones)
+    make_env = partial(flattened, make_env, env_id)  # Discrete, Tuple, Dict, ...: one vector (envs/spaces.py)
     make_env = partial(images_channel_first, make_env)
     if env_cfg is not None and env_cfg.img_size is not None:
         make_env = partial(resized_images, make_env, *env_cfg.frame_size)
@@ -387,7 +393,21 @@ def make_kwargs(env_cfg) -> dict:
     return kwargs
 
 
-def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None) -> VectorEnv:
+def time_limited(make_env: Callable[[], gym.Env], steps: int) -> gym.Env:
+    """`make_env()` with a time limit: a module-level function, so a partial of it pickles for async envs."""
+    return gym.wrappers.TimeLimit(make_env(), steps)
+
+
+def unlimited(env_cfg) -> bool:
+    """An id registered without a time limit (CliffWalking, a user's env) and none set in env.max_episode_steps:
+    a deterministic policy that never reaches the end would evaluate forever."""
+    spec = gym.registry.get(env_cfg.id)
+    return env_cfg.max_episode_steps is None and spec is not None and spec.max_episode_steps is None \
+        and not is_minigrid(env_cfg.id)
+
+
+def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None,
+                     evaluation: bool = False) -> VectorEnv:
     if atari.is_atari(env_cfg.id):
         atari.check_options(env_cfg, mode, render_mode)
         return atari.make_vector_env(env_cfg.id, env_cfg.atari, num_envs, render_mode)
@@ -405,6 +425,8 @@ def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None)
                               "builds none; use auto, sync or async")
         return gym.make_vec(env_cfg.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
     fns = [env_fn(env_cfg.id, kwargs, env_cfg)] * num_envs
+    if evaluation and unlimited(env_cfg):
+        fns = [partial(time_limited, fns[0], EVAL_TIME_LIMIT)] * num_envs
     if mode == "async":  # a family may need fresh worker processes (DeepMind Control's renderer hangs when forked)
         context = getattr(load_family(env_cfg.id), "async_context", lambda env_cfg: None)(env_cfg)
         return AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP, context=context)
@@ -434,7 +456,7 @@ def make(
     register_optional_families(env_cfg.id)
     num_envs = num_envs or env_cfg.num_envs
     mode = vectorization or choose_vectorization(env_cfg, num_envs)
-    envs = _base_vector_env(env_cfg, num_envs, mode, render_mode)
+    envs = _base_vector_env(env_cfg, num_envs, mode, render_mode, evaluation)
     try:
         check_spaces(env_cfg.id, envs.single_observation_space, envs.single_action_space)
         check_obs_options(env_cfg, envs.single_observation_space)
@@ -467,23 +489,20 @@ def make(
 def make_single(env_cfg, render_mode: str | None = None) -> gym.Env:
     """One env as a run's agent sees it before normalisation (`rlfoundry.load_policy(...).make_env()`): the family's
     preprocessing, `action_repeat`, `pixels`, `wrappers` and `mask_obs`; an ALE id is one whole game
-    (`atari.make_game`). Observation and reward normalisation are not here: the policy applies its frozen statistics
-    itself, and rewards are the true ones."""
+    (`atari.make_game`), a Brax id one `BraxEnv` (which starts as sub-env i of the batched env when reset with seed
+    + i). Observation and reward normalisation are not here: the policy applies its frozen statistics itself, and
+    rewards are the true ones. Every wrapper records its arguments: `gym.make(env.spec)` rebuilds the same env."""
     register_optional_families(env_cfg.id)
     if atari.is_atari(env_cfg.id):
         atari.check_options(env_cfg, "atari", render_mode)
         env = atari.make_game(env_cfg.id, env_cfg.atari, render_mode)
-    elif family_vectorization(env_cfg.id) == "vector_entry_point":
-        raise ConfigError(f"env.id = '{env_cfg.id}': its family runs as one batched env only; build it with "
-                          "rlfoundry.envs.make(cfg.env, num_envs)")
     else:
         kwargs = make_kwargs(env_cfg)
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
         env = env_fn(env_cfg.id, kwargs, env_cfg)()
     if env_cfg.mask_obs:
-        box, index = mask_obs_space(env_cfg.id, env.observation_space, env_cfg.mask_obs)
-        env = gym.wrappers.TransformObservation(env, lambda obs: obs[index], box)
+        env = MaskEntries(env, env_cfg.mask_obs)
     return env
 
 

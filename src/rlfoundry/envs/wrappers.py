@@ -1,9 +1,14 @@
 """Wrappers of our own; Gymnasium's cover episode statistics and normalisation. `ActionRepeat` (`env.action_repeat`),
-`RenderedFrames` (`env.pixels`), `images_channel_first` (channel-last uint8 images, which the networks read as
-[C, H, W]), `resized_images` (`env.img_size`) and `MaskObservation` (`env.mask_obs`). Masking removes the hidden
-entries rather than zeroing them, as pomdp-baselines' "-P" tasks do (Ni et al. 2022, arXiv:2110.05038): a zeroed
-entry is a constant input that observation normalisation would divide by a zero variance. It works on the vector
-env, so it also masks numpy vector entry points (CartPole). docs/environments/options.md describes the options.
+`RenderedFrames` (`env.pixels`), `ChannelsFirst` (channel-last uint8 images, which the networks read as [C, H, W]),
+`ResizeImages` (`env.img_size`), `MaskObservation` (`env.mask_obs` on a vector env; `MaskEntries` on one env) and
+`StepLimit` (a time limit outside other wrappers). Every single-env wrapper here records its constructor arguments
+(`gym.utils.RecordConstructorArgs`) and none holds a function, so that `gym.make(env.spec)` rebuilds an env with its
+wrappers and its spec goes through `EnvSpec.to_json`.
+
+Masking removes the hidden entries rather than zeroing them, as pomdp-baselines' "-P" tasks do (Ni et al. 2022,
+arXiv:2110.05038): a zeroed entry is a constant input that observation normalisation would divide by a zero
+variance. It works on the vector env, so it also masks numpy vector entry points (CartPole).
+docs/environments/options.md describes the options.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv, VectorObservationWrapper, VectorWrapper
 from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers import TimeLimit
 
 from rlfoundry.config.errors import ConfigError
 
@@ -109,6 +115,15 @@ class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self.frame(), reward, terminated, truncated, info
 
 
+class StepLimit(TimeLimit):
+    """Gymnasium's `TimeLimit`, for a limit that must stay outside the wrappers it is put around (Retro's counts
+    agent steps, outside the frame skip). `TimeLimit` records itself as `spec.max_episode_steps`, which `gym.make`
+    applies right around the base env, inside every other wrapper: the env rebuilt from the spec would count frames.
+    This one records itself as a wrapper of the spec, in its place."""
+
+    spec = gym.Wrapper.spec
+
+
 IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB, RGBA
 
 
@@ -134,27 +149,74 @@ def resize_frame(frame: np.ndarray, height: int, width: int) -> np.ndarray:
     return resized[..., None] if resized.ndim == 2 else resized
 
 
+class ChannelsFirst(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """Channel-last uint8 images [H, W, C] → [C, H, W], and stacks of them [S, H, W, C] → [S * C, H, W]
+    (frame-major, then channels: the layout the image encoders take). A named wrapper rather than a
+    `TransformObservation` of a lambda, so that `env.spec` holds no function and goes through `EnvSpec.to_json`."""
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        if not (isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (3, 4)):
+            raise ValueError(f"ChannelsFirst needs uint8 [H, W, C] or [S, H, W, C] images, got {space}")
+        *stack, height, width, channels = space.shape
+        self.shape = (int(np.prod(stack, dtype=np.int64)) * channels, height, width)
+        self.axes = (2, 0, 1) if not stack else (0, 3, 1, 2)
+        self.observation_space = spaces.Box(space.low.transpose(self.axes).reshape(self.shape),
+                                            space.high.transpose(self.axes).reshape(self.shape), dtype=np.uint8)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        # single images: a view, which a vector env copies into its batch; stacks: a copy
+        return observation.transpose(self.axes).reshape(self.shape)
+
+
+class ResizeImages(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """uint8 [C, H, W] images resized to [C, height, width] with OpenCV's INTER_AREA (`env.img_size`)."""
+
+    def __init__(self, env: gym.Env, height: int, width: int):
+        gym.utils.RecordConstructorArgs.__init__(self, height=height, width=width)
+        gym.ObservationWrapper.__init__(self, env)
+        space = env.observation_space
+        if not is_image_space(space):
+            raise ValueError(f"ResizeImages needs uint8 [C, H, W] images, got {space}")
+        self.height, self.width = height, width
+        self.observation_space = spaces.Box(0, 255, (space.shape[0], height, width), np.uint8)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return resize_frame(observation.transpose(1, 2, 0), self.height, self.width).transpose(2, 0, 1)
+
+
 def images_channel_first(make_env) -> gym.Env:
-    """The env from `make_env()`, with channel-last image observations transposed to [C, H, W] (a view; the vector
-    env copies it into its batch); any other env as it is."""
+    """The env from `make_env()`, with channel-last image observations transposed to [C, H, W] (`ChannelsFirst`);
+    any other env as it is."""
     env = make_env()
-    space = env.observation_space
-    if not is_channel_last(space):
-        return env
-    box = spaces.Box(space.low.transpose(2, 0, 1), space.high.transpose(2, 0, 1), dtype=np.uint8)
-    return gym.wrappers.TransformObservation(env, lambda obs: obs.transpose(2, 0, 1), box)
+    return ChannelsFirst(env) if is_channel_last(env.observation_space) else env
 
 
 def resized_images(make_env, height: int, width: int) -> gym.Env:
-    """The env from `make_env()` with its uint8 [C, H, W] image observations resized to [C, height, width] with
-    OpenCV's INTER_AREA (`env.img_size`); any other env, or images of that size already, as they are."""
+    """The env from `make_env()` with its uint8 [C, H, W] image observations resized to [C, height, width]
+    (`ResizeImages`); any other env, or images of that size already, as they are."""
     env = make_env()
     space = env.observation_space
     if not is_image_space(space) or space.shape[1:] == (height, width):
         return env
-    box = spaces.Box(0, 255, (space.shape[0], height, width), np.uint8)
-    return gym.wrappers.TransformObservation(
-        env, lambda obs: resize_frame(obs.transpose(1, 2, 0), height, width).transpose(2, 0, 1), box)
+    return ResizeImages(env, height, width)
+
+
+class MaskEntries(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """`env.mask_obs` on one env (`rlfoundry.envs.make_single`): the observation without the `hidden` entries, as
+    `MaskObservation` removes them from a vector env's."""
+
+    def __init__(self, env: gym.Env, hidden: Sequence[int]):
+        hidden = [int(i) for i in hidden]
+        gym.utils.RecordConstructorArgs.__init__(self, hidden=hidden)
+        gym.ObservationWrapper.__init__(self, env)
+        env_id = env.spec.id if env.spec is not None else "this env"
+        self.observation_space, self.index = mask_obs_space(env_id, env.observation_space, hidden)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[self.index]
 
 
 class MaskObservation(VectorObservationWrapper):

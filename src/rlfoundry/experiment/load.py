@@ -196,11 +196,14 @@ def _variant_block(preset: Preset, variant: str, seen: tuple[str, ...]) -> dict[
 def check_env_id(env_id: Any) -> str:
     import gymnasium as gym
 
-    from rlfoundry.envs import register_optional_families
+    from rlfoundry.envs import load_family, register_optional_families
 
     if not isinstance(env_id, str) or not env_id:
         raise ConfigError(f"env.id = {env_id!r}: expected a registered Gymnasium id such as CartPole-v1")
     register_optional_families(env_id)
+    family = load_family(env_id)
+    if env_id not in gym.registry and hasattr(family, "check_id"):  # the family knows best what is missing
+        family.check_id(env_id)
     if env_id not in gym.registry:
         raise ConfigError(
             f"env.id = '{env_id}': not a registered Gymnasium id{_did_you_mean(env_id, gym.registry.keys())}"

@@ -1,0 +1,101 @@
+"""Observation spaces other than a Box become one float32 vector (`rlfoundry.envs.spaces`), as Stable-Baselines3
+preprocesses them: one-hot Discrete, a one-hot per MultiDiscrete entry, MultiBinary bits, Tuple and Dict entries
+concatenated; entries with no vector form are refused, named."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.utils.env_checker import check_env
+
+from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.sections import EnvConfig
+from rlfoundry.envs import make, make_kwargs, make_single, probe_spaces
+from rlfoundry.envs.spaces import FlatObservation, flattened
+
+
+class Fixed(gym.Env):
+    """Observes a fixed sample of `space` (seeded), for any space."""
+
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, space: spaces.Space):
+        self.observation_space = space
+        self.observation_space.seed(0)
+        self.obs = self.observation_space.sample()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.obs, {}
+
+    def step(self, action):
+        return self.obs, 0.0, True, False, {}
+
+
+@pytest.mark.parametrize(("space", "obs", "expected"), [
+    (spaces.Discrete(4), 2, [0, 0, 1, 0]),
+    (spaces.Discrete(3, start=5), 6, [0, 1, 0]),
+    (spaces.MultiDiscrete([2, 3]), np.array([1, 2]), [0, 1, 0, 0, 1]),
+    (spaces.MultiBinary(3), np.array([1, 0, 1], dtype=np.int8), [1, 0, 1]),
+    (spaces.Tuple((spaces.Discrete(2), spaces.Box(-1, 1, (2,)))), (1, np.array([0.5, -0.25], np.float32)),
+     [0, 1, 0.5, -0.25]),
+    # a Dict's entries in the order of its sorted keys: "a" (one-hot of 3), then "b"
+    (spaces.Dict({"b": spaces.Box(0, 5, (1,)), "a": spaces.Discrete(3)}), {"b": np.array([4.0], np.float32), "a": 0},
+     [1, 0, 0, 4.0]),
+])
+def test_each_space_becomes_a_float32_vector(space, obs, expected):
+    env = FlatObservation(Fixed(space))
+    assert env.observation_space.dtype == np.float32 and env.observation_space.shape == (len(expected),)
+    flat = env.observation(obs)
+    assert flat.dtype == np.float32
+    np.testing.assert_array_equal(flat, np.asarray(expected, dtype=np.float32))
+    assert env.observation_space.contains(flat)
+
+
+@pytest.mark.parametrize(("space", "message"), [
+    (spaces.Dict({"mission": spaces.Text(20), "x": spaces.Discrete(2)}), "its entry ['mission'] is a Text"),
+    (spaces.Tuple((spaces.Discrete(2), spaces.Box(0, 255, (3, 8, 8), np.uint8))), "its entry [1] is an image"),
+])
+def test_entries_without_a_vector_form_are_refused_by_name(space, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        flattened(lambda: Fixed(space), "my/Env-v0")
+
+
+@pytest.mark.parametrize("env_id, size", [("FrozenLake-v1", 16), ("Taxi-v4", 500), ("CliffWalking-v1", 48),
+                                          ("Blackjack-v1", 32 + 11 + 2)])
+def test_toy_text_ids_observe_vectors_everywhere(env_id, size):
+    cfg = EnvConfig(id=env_id)
+    observation_space, _ = probe_spaces(env_id, make_kwargs(cfg), cfg)
+    assert observation_space == spaces.Box(0.0, 1.0, (size,), np.float32)
+    single = make_single(cfg)
+    try:
+        check_env(single, skip_render_check=True)
+        obs, _ = single.reset(seed=3)
+        assert obs.shape == (size,) and obs.sum() == (3 if env_id == "Blackjack-v1" else 1)  # one-hot per entry
+        rebuilt = gym.make(single.spec)  # the wrapper records itself in the spec
+        np.testing.assert_array_equal(rebuilt.reset(seed=3)[0], obs)
+        rebuilt.close()
+    finally:
+        single.close()
+    envs, info = make(cfg, 2, vectorization="async")  # pickled into worker processes
+    try:
+        assert info.obs_shape == (size,) and envs.reset(seed=0)[0].shape == (2, size)
+    finally:
+        envs.close()
+
+
+def test_user_wrappers_see_the_envs_own_observations():
+    """env.wrappers come before the flattening: TimeAwareObservation (unflattened) turns FrozenLake's Discrete into
+    a Dict of its state and the time, which then becomes the one-hot state and the time step."""
+    cfg = EnvConfig(id="FrozenLake-v1", wrappers=[{"id": "TimeAwareObservation", "kwargs": {"flatten": False}}])
+    env = make_single(cfg)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.shape == (17,)
+        np.testing.assert_array_equal(obs, [1.0, *[0.0] * 15, 0.0])  # state 0, time 0
+        obs, *_ = env.step(1)
+        assert obs[-1] == 1.0 and obs[:16].sum() == 1.0
+    finally:
+        env.close()
