@@ -173,7 +173,9 @@ class EnvConfig(StrictModel):
     normalize_reward: bool = Field(False, description="Scale rewards by the running std of the discounted return.")
     clip_obs: float = Field(10.0, gt=0, description="Clip normalised observations to ±clip_obs.")
     clip_reward: float = Field(10.0, gt=0, description="Clip normalised rewards to ±clip_reward.")
-    max_episode_steps: PositiveInt | None = Field(None, description="Override the id's time limit.")
+    max_episode_steps: PositiveInt | None = Field(
+        None, description="Override the id's time limit. An id registered without one (CliffWalking-v1) has its "
+        "evaluation episodes cut at 10,000 steps, so a policy that never reaches the end cannot evaluate forever.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for gymnasium.make.")
     wrappers: list[WrapperConfig] = Field(
         default_factory=list,
