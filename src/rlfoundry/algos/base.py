@@ -133,6 +133,8 @@ class Agent(ABC):
     row_steps: ClassVar[int] = 0
     monitors: ClassVar[Mapping[str, MonitorRule]] = {}  # default monitors by metric key, with their sources
     smoke: ClassVar[tuple[str, ...]] = ()  # overrides that shrink a run to one short iteration (presets --smoke)
+    # the settings that size an iteration: what to lower when one iteration is more than the whole budget
+    iteration_settings: ClassVar[tuple[str, ...]] = ()
     # Why the trainer's envs are not the ones the agent steps (e.g. they live in actor processes), or None:
     # their state then is not checkpointed, and a resume resets the agent's envs (logged as for other envs).
     envs_elsewhere: str | None = None
@@ -148,6 +150,11 @@ class Agent(ABC):
         """The overrides that shrink a run of this algorithm on `env_id` for the smoke check, and its env steps:
         2 envs × 64 steps unless the algorithm says otherwise."""
         return ["env.num_envs=2", *cls.smoke], 2 * 64
+
+    def iteration_steps(self, first: bool = False) -> int | None:
+        """The env steps one iteration of this process takes (`first`: the run's first, which may take more); None
+        where that is not known before it runs."""
+        return None
 
     @abstractmethod
     def iterate(self, envs: VectorEnv, progress: float) -> Iteration:

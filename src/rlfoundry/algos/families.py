@@ -59,6 +59,8 @@ class OnPolicyAgent(Agent):
     """An actor-critic `policy` (any memory core), its `optimizer` (a FlatOptimizer, all-reduced across processes)
     and a rollout `collector`; each iteration collects `algo.num_steps` steps per env and hands them to `learn`."""
 
+    iteration_settings = ("env.num_envs", "algo.num_steps")
+
     memory_cores = True
     distributed = True
     graphs = True  # the acting step (PPO adds its minibatch step); not yet measured on a GPU: auto leaves it eager
@@ -84,6 +86,9 @@ class OnPolicyAgent(Agent):
     @abstractmethod
     def learn(self, rollout: Rollout, progress: float) -> dict[str, float]:
         """Learn from one rollout; the iteration's metrics."""
+
+    def iteration_steps(self, first: bool = False) -> int:
+        return self.algo.num_steps * self.spec.num_envs
 
     def iterate(self, envs, progress: float) -> Iteration:
         with self.autocast():
@@ -212,6 +217,8 @@ class OffPolicyAgent(Agent):
     its state across steps (`acting_state`, reset where episodes start and stored at each sequence start), and a
     batch is `sequences` sequences of `algo.sequence_length` trained steps."""
 
+    iteration_settings = ("env.num_envs", "algo.train_freq")
+
     smoke = ("algo.train_freq=64", "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16")
     row_steps = ROW_STEPS  # an iteration is train_freq env steps: a row per step would cost more than the step
     replay: ReplayBuffer  # built by each algorithm's __init__ (`make_replay`)
@@ -328,6 +335,9 @@ class OffPolicyAgent(Agent):
 
     # ------------------------------------------------------------ the loop
 
+    def iteration_steps(self, first: bool = False) -> int:
+        return self.algo.train_freq * self.spec.num_envs
+
     def iterate(self, envs, progress: float) -> Iteration:
         algo = self.algo
         self.schedule(progress)
@@ -439,6 +449,8 @@ class LatentAgent(Agent):
     updates each step owes (`updates_owed`) and writes one update (`update`). Actions are in [-1, 1] for Box
     spaces (`to_env` scales them)."""
 
+    iteration_settings = ("env.num_envs", "algo.collect_steps")
+
     compiles = False  # torch.compile of the world-model loss gained nothing on a CPU after 15 minutes (docs/guide/performance.md)
     row_steps = ROW_STEPS  # an iteration is a few env steps and their updates
     replay: SequenceReplay  # built by each algorithm's __init__
@@ -485,6 +497,9 @@ class LatentAgent(Agent):
     @abstractmethod
     def update(self) -> dict[str, torch.Tensor]:
         """One update of the world model (and the behaviour); its metrics."""
+
+    def iteration_steps(self, first: bool = False) -> int:
+        return self.algo.collect_steps * self.spec.num_envs
 
     def iterate(self, envs, progress: float) -> Iteration:
         """`algo.collect_steps` vector steps, each stored, each followed by the updates it owes."""

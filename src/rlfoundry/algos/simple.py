@@ -138,6 +138,7 @@ class Simple(Agent):
     actions = "Discrete"
     config = SimpleConfig
     graphs = True  # the simulated env's step and its PPO's (not yet measured on a GPU: auto leaves them eager)
+    iteration_settings = ("algo.random_steps", "algo.real_steps_per_epoch")
 
     @classmethod
     def smoke_overrides(cls, env_id: str) -> tuple[list[str], int]:
@@ -190,6 +191,9 @@ class Simple(Agent):
         self.policy = self.ppo.policy
 
     # ---------------------------------------------------------------- one epoch
+
+    def iteration_steps(self, first: bool = False) -> int:
+        return self.algo.real_steps_per_epoch + (self.algo.random_steps if first else 0)
 
     def iterate(self, envs, progress: float) -> Iteration:
         algo, start = self.algo, time.perf_counter()

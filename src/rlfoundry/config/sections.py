@@ -262,7 +262,11 @@ class NetworkConfig(StrictModel):
 
 
 class TrainConfig(StrictModel):
-    total_timesteps: PositiveInt = Field(100_000, description="Environment steps (all envs) to train for.")
+    total_timesteps: PositiveInt = Field(
+        100_000, description="Environment steps (all envs) to train for. A run takes whole iterations (a PPO rollout "
+        "is env.num_envs × algo.num_steps steps), so this rounds up to the next one; the progress line counts to the "
+        "steps the run will take, summary.json records those taken, and a first iteration larger than the whole "
+        "budget is a warning that names the settings to lower.")
     seed: int = Field(1, ge=0, le=MAX_SEED, description="Seeds Python, NumPy, torch and the envs.")
     torch_threads: PositiveInt | Literal["auto"] = Field(
         "auto",

@@ -78,6 +78,8 @@ class Context:
     signal: StopSignal
     resume: ckpt.Checkpoint | None  # the checkpoint a resumed run started from
     start: float = 0.0  # time.perf_counter() at the run's step 0 (a resumed run's clock goes on)
+    planned: int = 0  # the env steps the run will have taken at its end: whole iterations (train.total_timesteps
+    # where their size is not known before they run)
     row: dict[str, Any] | None = None  # the latest iteration's metrics
     lockstep: distributed.Lockstep | None = None  # InLockstep: the exchange with the run's other processes
     monitors: Monitors | None = None  # MonitorAlerts: their state goes into checkpoints
@@ -224,7 +226,7 @@ class Sinks(Callback):
             self.sinks.append(ctx.wandb)
             ctx.log.info("%s", ctx.wandb.describe())
             ctx.console.print(escape(ctx.wandb.describe()), highlight=False)
-        self.sinks.append(ConsoleSink(ctx.console, ctx.title, cfg.train.total_timesteps, cfg.logging.progress))
+        self.sinks.append(ConsoleSink(ctx.console, ctx.title, ctx.planned, cfg.logging.progress))
 
     def on_iteration(self, ctx: Context, row: dict[str, Any]) -> None:
         p = ctx.progress

@@ -84,6 +84,14 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     """A row for a checkpoint's JSON: NumPy scalars as Python numbers."""
     return {key: value.item() if isinstance(value, np.generic) else value for key, value in row.items()}
 
+def _setting(cfg: ExperimentConfig, key: str) -> Any:
+    """The value of a dotted config key (algo.num_steps)."""
+    node: Any = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
 def _check_finite(row: dict[str, Any], step: int) -> None:
     """A non-finite loss stops the run (every iteration; parameters are checked before each save)."""
     for key, value in row.items():
@@ -367,6 +375,7 @@ class Trainer:
             self._write_config(spec.vectorization)
         else:
             progress = self._restore(self.resume, agent, train_envs)
+        planned = self._budget(agent, progress.global_step)
         processes = f"{self.group.world} processes × " if self.group else ""
         self.log.info("env %s: %s%d envs, %s vectorization; device %s, %d torch threads, %s%s%s; %s",
                       cfg.env.id, processes, spec.num_envs, spec.vectorization, self.device,
@@ -376,8 +385,27 @@ class Trainer:
             cfg=cfg, run_dir=self.run_dir, log=self.log, console=self.console,
             title=f"{cfg.env.id}:{cfg.variant} s{cfg.train.seed}", device=self.device, summary=self.summary,
             agent=agent, envs=train_envs, eval_envs=eval_envs, spec=spec, progress=progress, signal=self.signal,
-            resume=self.resume, start=time.perf_counter() - progress.wall_time,
+            resume=self.resume, start=time.perf_counter() - progress.wall_time, planned=planned,
         )
+
+    def _budget(self, agent, step: int) -> int:
+        """The env steps the run will have taken at its end, from `step`: train.total_timesteps rounded up to whole
+        iterations where the agent knows their size. A first iteration larger than the whole budget is said once
+        (it was 65,536 steps of a 2,048-step run on BipedalWalker), with the settings to lower."""
+        total, world = self.cfg.train.total_timesteps, self.group.world if self.group else 1
+        first, each = agent.iteration_steps(first=step == 0), agent.iteration_steps()
+        if first is None or each is None or step >= total:
+            return max(total, step)
+        planned = step + first * world + max(0, math.ceil((total - step - first * world) / (each * world))) * each * world
+        if step == 0 and first * world > total:
+            sizes = " × ".join(f"{key} = {_setting(self.run_cfg, key):,}" for key in agent.iteration_settings)
+            warning = (f"train.total_timesteps = {total:,} is less than one iteration of {self.cfg.algo.name} "
+                       f"({first * world:,} env steps: {sizes}{f' × {world} processes' if world > 1 else ''}): "
+                       f"the run takes {planned:,} steps; to keep to the budget, lower "
+                       f"{' or '.join(agent.iteration_settings)}")
+            self.log.warning(warning)
+            self.console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+        return planned
 
     def _iterate(self, ctx: hooks.Context, callbacks: list[hooks.Callback]) -> dict[str, Any]:
         """One iteration of the agent, counted in the progress; its row of metrics (the evaluation's come after)."""
