@@ -337,7 +337,10 @@ ERRORS = {
     "unknown variant": ("CartPole-v1:nope", [], ["nope", "CartPole-v1", "available: ppo"]),
     "unknown algorithm": ("Acrobot-v1:trpo", [], ["trpo", "Acrobot-v1", "no preset", "available: a2c"]),
     "unknown algo.name": ("CartPole-v1:ppo", ["algo.name=trpo"], ["algo.name", "trpo", "available: a2c"]),
-    "unsupported observation space": ("FrozenLake-v1:ppo", [], ["FrozenLake-v1", "Discrete", "supported: Box"]),
+    "unsupported observation space": ("CartPole-v1:ppo", ["env.kwargs={render_mode: rgb_array}",
+                                                          "env.wrappers=[{id: AddRenderObservation, kwargs: "
+                                                          "{render_only: false}}]"],
+                                      ["CartPole-v1", "entry ['pixels'] is an image", "FilterObservation"]),
     "bad override syntax": ("CartPole-v1:ppo", ["algo.lr"], ["algo.lr", "section.key=value"]),
     "empty override key part": ("CartPole-v1:ppo", ["algo..lr=3"], ["algo..lr=3", "section.key=value"]),
     "unparsable override value": ("CartPole-v1:ppo", ["algo.lr=[1"], ["algo.lr=[1", "cannot parse"]),
@@ -508,3 +511,32 @@ def test_the_mlp_scales_bytes_as_the_cnns_scale_frames():
     encoder = MLPEncoder((3,), NetworkConfig(hidden_sizes=[4]), groups=1)
     raw = torch.tensor([[0, 128, 255]], dtype=torch.uint8)
     torch.testing.assert_close(encoder(raw), encoder(raw.float() / 255))
+
+
+# ---------------------------------------------------------------- encoders follow the observations
+
+
+@pytest.mark.parametrize(("spec", "overrides", "buffer"), [
+    ("Pendulum-v1:ppo", ["env.pixels.enabled=true"], None),
+    ("Pendulum-v1:sac", ["env.pixels.enabled=true"], 100_000),  # the preset's 1M transitions of 64x64 frames: 12 GiB
+    ("CartPole-v1:dqn", ["env.pixels.enabled=true"], 100_000),
+])
+def test_a_preset_switched_to_images_gets_the_image_encoder_and_replay(spec, overrides, buffer):
+    vectors, images = load_config(spec), load_config(spec, overrides)
+    assert vectors.network.encoder == "mlp" and images.network.encoder in ("nature_cnn", "impala_cnn")
+    assert getattr(images.algo, "buffer_size", None) == buffer
+    kept = {"buffer_size"} if buffer else set()
+    assert images.algo.model_dump(exclude=kept) == vectors.algo.model_dump(exclude=kept)  # nothing else changes
+
+
+def test_what_the_user_set_is_kept_and_an_mlp_on_images_is_refused(tmp_path):
+    cfg = load_config("Pendulum-v1:sac", ["env.pixels.enabled=true", "algo.buffer_size=5000",
+                                          "network.hidden_sizes=[64]"])
+    assert (cfg.network.encoder, cfg.network.hidden_sizes, cfg.algo.buffer_size) == ("nature_cnn", [64], 5000)
+    with pytest.raises(ConfigError, match=r"network.encoder = mlp: Pendulum-v1 observes uint8 images \[3, 64, 64\].*"
+                                          r"12,288 pixels.*set network.encoder=nature_cnn or impala_cnn"):
+        load_config("Pendulum-v1:ppo", ["env.pixels.enabled=true", "network.encoder=mlp"])
+    experiment = tmp_path / "mine.yaml"
+    experiment.write_text("preset: Pendulum-v1:ppo\nenv:\n  pixels: {enabled: true}\nnetwork:\n  encoder: mlp\n")
+    with pytest.raises(ConfigError, match="network.encoder = mlp"):
+        load_config(str(experiment))

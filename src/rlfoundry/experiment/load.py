@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -334,6 +335,9 @@ def load_config(spec: str, overrides: list[str] | None = None) -> ExperimentConf
         _check_keys(experiment, EXPERIMENT_KEYS, f"experiment file {path}")
         base_spec = experiment.pop("preset", None)
         user = apply_overrides(experiment, overrides)
+        # what the user chose: the file's keys, unless it is a run's own config.yaml (every key written out; a run
+        # from before encoders followed the observations resumes as it started)
+        chosen = {} if "provenance" in experiment else user
         if base_spec is not None:
             base = spec_layers(str(base_spec), _section(user, "env"))
         else:
@@ -341,10 +345,10 @@ def load_config(spec: str, overrides: list[str] | None = None) -> ExperimentConf
             base = generic_layers(env_id, _section(experiment, "algo").get("name", "ppo"), _section(user, "env"))
         data = deep_merge(base, experiment)
     else:
-        user = apply_overrides({}, overrides)
+        user = chosen = apply_overrides({}, overrides)
         base = data = spec_layers(spec, _section(user, "env"))
     data = apply_overrides(data, overrides)
-    return validate(task_threshold(base, data, user))
+    return validate(task_threshold(base, data, user), chosen)
 
 
 def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -356,7 +360,9 @@ def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
-def validate(data: dict[str, Any]) -> ExperimentConfig:
+def validate(data: dict[str, Any], chosen: dict[str, Any] | None = None) -> ExperimentConfig:
+    """The validated config of `data`, whose env is built once to check it. `chosen`: the keys the user set
+    (overrides, an experiment file's own), which the observations' encoder defaults never replace (`follow_images`)."""
     data = copy.deepcopy(data)
     for name in SECTIONS:
         _section(data, name)
@@ -371,13 +377,39 @@ def validate(data: dict[str, Any]) -> ExperimentConfig:
     # Build one env now, so bad env.kwargs or an unsupported space is a config error, before any run dir.
     from rlfoundry.envs import make_kwargs, probe_spaces
 
-    observation_space, _ = probe_spaces(cfg.env.id, make_kwargs(cfg.env), env_cfg=cfg.env)
+    observation_space, action_space = probe_spaces(cfg.env.id, make_kwargs(cfg.env), env_cfg=cfg.env)
+    cfg = follow_images(cfg, observation_space, action_space, chosen or {})
     check_encoder(cfg, observation_space)
     if cfg.eval.video:
         from rlfoundry.envs import check_renders
 
         check_renders(cfg.env.id)  # e.g. ALE ids cannot render yet: say so now, not at the first evaluation
     return cfg
+
+
+def follow_images(cfg: ExperimentConfig, observation_space, action_space, chosen: dict[str, Any]) -> ExperimentConfig:
+    """A config whose env observes images (a preset switched to frames: `env.pixels`, `env.dm_control.pixels`) with
+    the MLP of its vector form: the image encoder (`default_network`) and the algorithm's replay size for images
+    take their place, where the user set neither. An MLP the user named on images is bad input: it would take every
+    pixel as an input (a 12,288 × 64 first layer on 64 × 64 frames)."""
+    from rlfoundry.envs import is_image_space
+
+    if cfg.network.encoder != "mlp" or not is_image_space(observation_space):
+        return cfg
+    network_chosen = _section(chosen, "network")
+    if "encoder" in network_chosen:
+        raise ConfigError(
+            f"network.encoder = mlp: {cfg.env.id} observes uint8 images {list(observation_space.shape)} with these "
+            f"env options, and an MLP would take its {math.prod(observation_space.shape):,} pixels as inputs; set "
+            "network.encoder=nature_cnn or impala_cnn, or leave it out for the image defaults")
+    network = {key: value for key, value in default_network(cfg.env.id, observation_space).items()
+               if key not in network_chosen}
+    update: dict[str, Any] = {"network": cfg.network.model_copy(update=network)}
+    images = ALGO_CONFIGS[cfg.algo.name].defaults_for(observation_space, action_space, cfg.env.id).get("algo", {})
+    capacity = images.get("buffer_size")
+    if capacity is not None and "buffer_size" not in _section(chosen, "algo") and cfg.algo.buffer_size > capacity:
+        update["algo"] = cfg.algo.model_copy(update={"buffer_size": capacity})
+    return cfg.model_copy(update=update)
 
 
 def check_encoder(cfg: ExperimentConfig, observation_space) -> None:
