@@ -407,7 +407,9 @@ def follow_images(cfg: ExperimentConfig, observation_space, action_space, chosen
     update: dict[str, Any] = {"network": cfg.network.model_copy(update=network)}
     images = ALGO_CONFIGS[cfg.algo.name].defaults_for(observation_space, action_space, cfg.env.id).get("algo", {})
     capacity = images.get("buffer_size")
-    if capacity is not None and "buffer_size" not in _section(chosen, "algo") and cfg.algo.buffer_size > capacity:
+    current = getattr(cfg.algo, "buffer_size", None)  # the off-policy algorithms' replay
+    if capacity is not None and current is not None and "buffer_size" not in _section(chosen, "algo") \
+            and current > capacity:
         update["algo"] = cfg.algo.model_copy(update={"buffer_size": capacity})
     return cfg.model_copy(update=update)
 
