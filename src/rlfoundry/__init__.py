@@ -2,8 +2,10 @@
 
 `rlfoundry.train(...)` is `rlfoundry.run.launch.train`, `rlfoundry.Callback` (the base class of its `callbacks`)
 is `rlfoundry.run.hooks.Callback`, `rlfoundry.load_policy(...)` is `rlfoundry.hub.load_policy` and
-`rlfoundry.evaluate(...)` is `rlfoundry.hub.evaluation.evaluate`, each imported on first use, so that importing
-a light module (say `rlfoundry.config`) does not load torch and every env family.
+`rlfoundry.evaluate(...)` is `rlfoundry.hub.evaluation.evaluate`, `rlfoundry.load_config(SPEC, overrides)` is
+`rlfoundry.experiment.load.load_config` and `rlfoundry.envs` the env package (`rlfoundry.envs.make(...)`), each
+imported on first use, so that importing a light module (say `rlfoundry.config`) does not load torch and every env
+family.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Callback", "evaluate", "load_policy", "train", "__version__"]
+__all__ = ["Callback", "envs", "evaluate", "load_config", "load_policy", "train", "__version__"]
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: a lazy attribute of the package
@@ -31,6 +33,14 @@ def __getattr__(name: str) -> Any:  # PEP 562: a lazy attribute of the package
         from rlfoundry.hub.evaluation import evaluate
 
         return evaluate
+    if name == "load_config":
+        from rlfoundry.experiment.load import load_config
+
+        return load_config
+    if name == "envs":
+        import rlfoundry.envs
+
+        return rlfoundry.envs
     raise AttributeError(f"module 'rlfoundry' has no attribute {name!r}")
 
 

@@ -40,11 +40,11 @@ def test_cadence_best_and_last_checkpoints_restore_the_policy(tmp_path, quiet):
 
     # the saved weights are the trained policy's: loading them into a fresh agent reproduces its actions
     from rlfoundry.algos.ppo import PPO
-    from rlfoundry.envs import make
+    from rlfoundry.envs import build
     from rlfoundry.experiment.load import load_config
 
     cfg = load_config(str(run_dir / "config.yaml"))
-    envs, spec = make(cfg.env)
+    envs, spec = build(cfg.env)
     try:
         fresh = PPO(cfg, spec, Runtime.of(cfg.train))
         fresh.load_state_dict(ckpt.agent_state(last))

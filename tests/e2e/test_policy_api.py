@@ -49,7 +49,7 @@ def cartpole(tmp_path_factory) -> Path:
 def fresh_policy(spec: str, overrides: list[str], obs_stats=None) -> Policy:
     """An untrained agent of a config as a Policy (export's numbers do not depend on training), in fp32."""
     cfg = load_config(spec, [*TINY, "train.precision=fp32", *overrides])
-    envs, env_spec = envs_lib.make(cfg.env, 1, evaluation=True)
+    envs, env_spec = envs_lib.build(cfg.env, 1, evaluation=True)
     envs.close()
     agent = algorithm(cfg.algo.name)(cfg, env_spec, Runtime.of(cfg.train))
     return Policy(cfg, agent, env_spec, obs_stats, 0, spec)

@@ -160,12 +160,12 @@ def test_bf16_mixed_precision_trains_and_keeps_fp32_rollouts(tmp_path, quiet):
     import torch
 
     from rlfoundry.algos.ppo import PPO
-    from rlfoundry.envs import make
+    from rlfoundry.envs import build
     from rlfoundry.experiment.load import load_config
 
     cfg = load_config("MiniGrid-Empty-5x5-v0:ppo", [*quiet, "train.precision=bf16", "env.num_envs=2", "algo.num_steps=16",
                                                       "algo.minibatch_size=0.5"])
-    envs, spec = make(cfg.env)
+    envs, spec = build(cfg.env)
     try:
         agent = PPO(cfg, spec, Runtime.of(cfg.train))
         iteration = agent.iterate(envs, 0.0)

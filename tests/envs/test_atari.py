@@ -15,7 +15,7 @@ from gymnasium.wrappers import vector as vw
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import AtariConfig, EnvConfig
-from rlfoundry.envs import find_wrapper, make, probe_spaces
+from rlfoundry.envs import build, find_wrapper, probe_spaces
 from rlfoundry.envs.atari import AtariEpisodes
 from rlfoundry.envs.state import capture, restore
 
@@ -274,7 +274,7 @@ class Noop:
 def test_videos_render_on_the_single_backend_and_show_whole_games(tmp_path):
     from rlfoundry.run.video import record_video
 
-    envs, _ = make(EnvConfig(id="ALE/Breakout-v5", num_envs=1), render_mode="rgb_array")  # a vector-backend config
+    envs, _ = build(EnvConfig(id="ALE/Breakout-v5", num_envs=1), render_mode="rgb_array")  # a vector-backend config
     try:
         envs.reset(seed=0)
         assert envs.render()[0].shape == (210, 160, 3)  # the single backend, which renders
@@ -360,7 +360,7 @@ def test_atari_episodes_accounting_on_a_script():
 
 def test_unknown_ale_id_is_a_config_error():
     with pytest.raises(ConfigError, match="not an ALE id.*ALE/Breakout-v5"):
-        make(EnvConfig(id="ALE/Breakot-v5"))
+        build(EnvConfig(id="ALE/Breakot-v5"))
     with pytest.raises(ConfigError, match="not an ALE id"):
         probe_spaces("ALE/NoSuchGame-v5")
 
@@ -377,12 +377,12 @@ def test_unknown_ale_id_is_a_config_error():
 )
 def test_options_that_do_not_apply_to_atari_are_errors(options, match):
     with pytest.raises(ConfigError, match=match):
-        make(EnvConfig(id="ALE/Pong-v5", num_envs=1, **options))
+        build(EnvConfig(id="ALE/Pong-v5", num_envs=1, **options))
 
 
 def test_atari_section_on_another_id_is_an_error():
     with pytest.raises(ConfigError, match="env.atari"):
-        make(EnvConfig(id="CartPole-v1", num_envs=1, atari={"frame_stack": 2}))
+        build(EnvConfig(id="CartPole-v1", num_envs=1, atari={"frame_stack": 2}))
 
 
 def test_atari_options_load_from_overrides():

@@ -17,7 +17,7 @@ from gymnasium.vector import SyncVectorEnv
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import AtariConfig, EnvConfig
-from rlfoundry.envs import find_wrapper, make, probe_spaces, register_optional_families
+from rlfoundry.envs import build, find_wrapper, probe_spaces, register_optional_families
 from rlfoundry.envs.atari import make_env
 from rlfoundry.envs.state import capture, restore
 
@@ -215,7 +215,7 @@ def test_ram_runs_restore_exactly(build):
 
 
 def test_ram_envs_render_for_videos():
-    envs, _ = make(EnvConfig(id="ALE/Breakout-v5", num_envs=1, atari={"obs_type": "ram"}), render_mode="rgb_array")
+    envs, _ = build(EnvConfig(id="ALE/Breakout-v5", num_envs=1, atari={"obs_type": "ram"}), render_mode="rgb_array")
     try:
         obs, _ = envs.reset(seed=0)
         assert obs.shape == (1, 512) and envs.render()[0].shape == (210, 160, 3)
@@ -267,7 +267,7 @@ def test_a_few_iterations_train(tmp_path, variant, obs_type):
 @pytest.mark.parametrize("obs_type", ["ram", "objects"])
 def test_vector_backend_is_refused_naming_the_single_one(obs_type):
     with pytest.raises(ConfigError, match=r"env\.atari\.backend = vector: .*allowed: single"):
-        make(EnvConfig(id="ALE/Pong-v5", num_envs=1, atari={"obs_type": obs_type, "backend": "vector"}))
+        build(EnvConfig(id="ALE/Pong-v5", num_envs=1, atari={"obs_type": obs_type, "backend": "vector"}))
 
 
 @pytest.mark.parametrize(("option", "match"), [({"img_size": 64}, "img_size = 64"),
@@ -286,7 +286,7 @@ def test_frame_options_with_ram_are_errors(option, match):
 def test_games_ocatari_cannot_read_are_config_errors(env_id, match):
     pytest.importorskip("ocatari")
     with pytest.raises(ConfigError, match=match) as error:
-        make(EnvConfig(id=env_id, num_envs=1, atari={"obs_type": "objects"}))
+        build(EnvConfig(id=env_id, num_envs=1, atari={"obs_type": "objects"}))
     assert "\n" not in str(error.value)
 
 
@@ -294,7 +294,7 @@ def test_missing_ocatari_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ocatari.core", None)  # import ocatari.core now raises ImportError
     with pytest.raises(ConfigError, match=r"needs the ocatari package .*pip install 'rlfoundry\[ocatari\]' and then "
                                           r"pip install --no-deps ocatari") as error:
-        make(EnvConfig(id="ALE/Pong-v5", num_envs=1, atari={"obs_type": "objects"}))
+        build(EnvConfig(id="ALE/Pong-v5", num_envs=1, atari={"obs_type": "objects"}))
     assert "\n" not in str(error.value)
 
 

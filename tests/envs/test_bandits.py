@@ -8,7 +8,7 @@ import pytest
 from gymnasium import spaces
 
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import make, register_optional_families
+from rlfoundry.envs import build, register_optional_families
 from rlfoundry.envs.bandits import BANDITS, BERNOULLI10_MEANS, GAUSSIAN10_MEANS, BanditEnv
 from rlfoundry.experiment.load import load_config
 
@@ -113,7 +113,7 @@ def test_bad_kwargs(kwargs):
 
 
 def test_vector_env_reports_regret_per_sub_env():
-    envs, spec = make(EnvConfig(id="Bandit-Bernoulli10-v0", num_envs=3, vectorization="sync"))
+    envs, spec = build(EnvConfig(id="Bandit-Bernoulli10-v0", num_envs=3, vectorization="sync"))
     try:
         assert spec.discrete and spec.obs_shape == (1,)
         envs.reset(seed=0)

@@ -24,7 +24,7 @@ from rollouts import rollout  # noqa: E402  (tests/envs/rollouts.py)
 from rlfoundry.config.errors import ConfigError  # noqa: E402
 from rlfoundry.config.sections import EnvConfig  # noqa: E402
 from rlfoundry.envs import brax as brax_envs  # noqa: E402  (registers the ids)
-from rlfoundry.envs import choose_vectorization, make, make_single, probe_spaces  # noqa: E402
+from rlfoundry.envs import build, choose_vectorization, make_single, probe_spaces  # noqa: E402
 from rlfoundry.envs import state as envs_state  # noqa: E402
 
 FAST = "brax/fast-v0"
@@ -215,7 +215,7 @@ def test_capture_and_restore_continue_exactly(pendulum, tmp_path):
 
 def test_resume_through_the_env_state_module(pendulum):
     config = EnvConfig(id=PENDULUM, num_envs=NUM_ENVS, normalize_obs=True, normalize_reward=True)
-    envs, _ = make(config)  # the pendulum fixture's size: nothing to compile
+    envs, _ = build(config)  # the pendulum fixture's size: nothing to compile
     envs.reset(seed=5)
     rng = np.random.default_rng(5)
     actions = [rng.uniform(-1, 1, (NUM_ENVS, 1)).astype(np.float32) for _ in range(60)]
@@ -224,7 +224,7 @@ def test_resume_through_the_env_state_module(pendulum):
     values, arrays, why = envs_state.capture(envs)
     assert why is None
     expected = [envs.step(a) for a in actions[20:]]
-    resumed, _ = make(config)
+    resumed, _ = build(config)
     envs_state.restore(resumed, values, arrays)
     for a, want in zip(actions[20:], expected):
         got = resumed.step(a)
@@ -237,7 +237,7 @@ def test_resume_through_the_env_state_module(pendulum):
 def test_make_gives_episode_statistics_through_the_vector_entry_point():
     batched = EnvConfig(id=PENDULUM, kwargs={"backend": "positional"})
     assert choose_vectorization(batched, 8) == "vector_entry_point"  # env.kwargs reach the batched env too
-    envs, spec = make(EnvConfig(id=FAST, num_envs=NUM_ENVS, max_episode_steps=4, normalize_obs=True))
+    envs, spec = build(EnvConfig(id=FAST, num_envs=NUM_ENVS, max_episode_steps=4, normalize_obs=True))
     assert spec.vectorization == "vector_entry_point" and spec.obs_shape == (2,) and not spec.discrete
     envs.reset(seed=0)
     total = np.zeros(NUM_ENVS)

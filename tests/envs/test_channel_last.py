@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import make, probe_spaces
+from rlfoundry.envs import build, probe_spaces
 from rlfoundry.envs.wrappers import images_channel_first, is_channel_last
 from rlfoundry.experiment.load import load_config
 
@@ -54,7 +54,7 @@ def test_observations_are_transposed_views_of_the_env_frames():
 def test_make_and_probe_give_the_agent_channel_first_images():
     cfg = EnvConfig(id=ID, num_envs=2, vectorization="sync", normalize_obs=False, normalize_reward=False)
     observation_space, _ = probe_spaces(ID, {}, cfg)
-    envs, spec = make(cfg)
+    envs, spec = build(cfg)
     try:
         obs, _ = envs.reset(seed=0)
         assert observation_space.shape == spec.obs_shape == (3, 400, 600)
@@ -67,7 +67,7 @@ def test_config_wrappers_see_the_frames_as_the_env_gives_them():
     """Gymnasium's ResizeObservation takes channel-last frames and a tuple: `env.wrappers` from YAML gives a list."""
     cfg = EnvConfig(id=ID, num_envs=1, vectorization="sync", normalize_obs=False, normalize_reward=False,
                     wrappers=[{"id": "ResizeObservation", "kwargs": {"shape": [64, 48]}}])
-    envs, spec = make(cfg)
+    envs, spec = build(cfg)
     try:
         obs, _ = envs.reset(seed=0)
         assert spec.obs_shape == (3, 64, 48) and obs.shape == (1, 3, 64, 48)
@@ -78,7 +78,7 @@ def test_config_wrappers_see_the_frames_as_the_env_gives_them():
 def test_img_size_resizes_the_images_for_the_agent():
     cfg = EnvConfig(id=ID, num_envs=2, vectorization="sync", normalize_obs=False, normalize_reward=False,
                     img_size=[40, 60])
-    envs, spec = make(cfg)
+    envs, spec = build(cfg)
     try:
         obs, _ = envs.reset(seed=0)
         assert spec.obs_shape == (3, 40, 60) and obs.shape == (2, 3, 40, 60) and obs.dtype == np.uint8

@@ -107,7 +107,7 @@ def test_a_family_whose_package_is_missing_names_its_extra(tmp_path, monkeypatch
     fake = envs.Family("Fake", "fake/", "fake_family", "fake-extra")
     monkeypatch.setattr(factory, "FAMILIES", (*envs.FAMILIES, fake))
     with pytest.raises(ConfigError, match=r"fake/thing-v0.*a_package_that_is_not_installed.*rlfoundry\[fake-extra\]"):
-        envs.make(EnvConfig(id="fake/thing-v0"))
+        envs.build(EnvConfig(id="fake/thing-v0"))
     assert envs.load_family("CartPole-v1") is None
 
 
@@ -117,7 +117,7 @@ def test_rendered_frames_show_the_state_the_env_is_in():
     from rlfoundry import envs
 
     cfg = EnvConfig(id="CartPole-v1", num_envs=2, vectorization="sync", pixels={"enabled": True, "img_size": 32})
-    vector, spec = envs.make(cfg)
+    vector, spec = envs.build(cfg)
     try:
         assert spec.observation_space == gym.spaces.Box(0, 255, (3, 32, 32), np.uint8)
         obs, _ = vector.reset(seed=0)
@@ -143,7 +143,7 @@ def test_pixels_are_refused_where_they_cannot_apply(options, message):
     from rlfoundry.config.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
-        envs.make(EnvConfig(**options, num_envs=1, pixels={"enabled": True}))
+        envs.build(EnvConfig(**options, num_envs=1, pixels={"enabled": True}))
 
 
 # ---------------------------------------------------------------- every family's single env, and its spec

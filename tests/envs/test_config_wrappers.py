@@ -11,14 +11,14 @@ import pytest
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import choose_vectorization, make, probe_spaces
+from rlfoundry.envs import build, choose_vectorization, probe_spaces
 
 TIME = {"id": "TimeAwareObservation"}
 RESCALE = {"id": "RescaleObservation", "kwargs": {"min_obs": -1.0, "max_obs": 1.0}}
 
 
 def _last_obs(wrappers: list[dict], steps: int = 3, **env) -> np.ndarray:
-    envs, spec = make(EnvConfig(id="Pendulum-v1", num_envs=2, wrappers=wrappers, **env))
+    envs, spec = build(EnvConfig(id="Pendulum-v1", num_envs=2, wrappers=wrappers, **env))
     try:
         envs.reset(seed=0)
         for _ in range(steps):
@@ -46,7 +46,7 @@ def test_module_paths_async_envs_and_the_probed_spaces():
     assert probe_spaces(cfg.id, {}, cfg)[0].shape == (5,)
     assert choose_vectorization(cfg, 1) == "sync"  # CartPole's own vector env has no sub-envs to wrap
     with pytest.raises(ConfigError, match="vector_entry_point"):
-        make(EnvConfig(id="CartPole-v1", wrappers=[TIME], vectorization="vector_entry_point"))
+        build(EnvConfig(id="CartPole-v1", wrappers=[TIME], vectorization="vector_entry_point"))
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -60,7 +60,7 @@ def test_bad_entries_are_config_errors(entry, message):
     with pytest.raises(ConfigError, match=message):
         probe_spaces(cfg.id, {}, cfg)
     with pytest.raises(ConfigError, match=message):
-        make(cfg)
+        build(cfg)
 
 
 @pytest.mark.parametrize("env_id, wrappers, message", [
@@ -78,7 +78,7 @@ def test_a_wrapper_refusing_its_entry_is_a_config_error_naming_it(env_id, wrappe
     with pytest.raises(ConfigError, match=message):
         probe_spaces(cfg.id, {}, cfg)
     with pytest.raises(ConfigError, match=message):
-        make(cfg.model_copy(update={"num_envs": 1}))
+        build(cfg.model_copy(update={"num_envs": 1}))
 
 
 def test_the_env_is_closed_when_a_wrapper_refuses_it(monkeypatch):
@@ -96,7 +96,7 @@ def test_the_env_is_closed_when_a_wrapper_refuses_it(monkeypatch):
 def test_ale_ids_refuse_wrappers():
     pytest.importorskip("ale_py")
     with pytest.raises(ConfigError, match="not applied to ALE ids"):
-        make(EnvConfig(id="ALE/Pong-v5", num_envs=1, wrappers=[TIME]))
+        build(EnvConfig(id="ALE/Pong-v5", num_envs=1, wrappers=[TIME]))
 
 
 def test_the_cli_exits_2_with_one_line(tmp_path):

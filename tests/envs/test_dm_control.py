@@ -18,7 +18,8 @@ from rlfoundry.config import cores
 from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import env_fn, load_family, make, make_kwargs
+from rlfoundry.envs import build as build_envs
+from rlfoundry.envs import env_fn, load_family, make_kwargs
 from rlfoundry.envs.state import capture, restore
 from rlfoundry.envs.wrappers import ActionRepeat
 
@@ -39,7 +40,7 @@ def build():
         return env
 
     def vector(env_id=CARTPOLE, num_envs=2, **cfg_kwargs):
-        envs, spec = make(EnvConfig(id=env_id, num_envs=num_envs, vectorization="sync", **cfg_kwargs))
+        envs, spec = build_envs(EnvConfig(id=env_id, num_envs=num_envs, vectorization="sync", **cfg_kwargs))
         built.append(envs)
         return envs, spec
 
@@ -168,7 +169,7 @@ def test_pixels_never_render_in_a_process_forked_after_rendering(build, monkeypa
 def test_pixel_envs_step_in_spawned_worker_processes(monkeypatch):
     monkeypatch.setenv(SHARE_VARIABLE, "1")  # auto: processes where the run has cores of its own (2 on CI)
     monkeypatch.setattr(cores, "usable_cores", lambda: 2)
-    envs, spec = make(EnvConfig(id=CARTPOLE, num_envs=2, dm_control={"pixels": True, "img_size": 32}))
+    envs, spec = build_envs(EnvConfig(id=CARTPOLE, num_envs=2, dm_control={"pixels": True, "img_size": 32}))
     assert spec.vectorization == "async" and envs.unwrapped.context == "spawn"  # auto: one render costs ~18 ms
     obs, _ = envs.reset(seed=0)
     obs2 = envs.step(np.zeros((envs.num_envs, 1), np.float32))[0]
@@ -263,9 +264,9 @@ SCRIPT = """
 import os, sys
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import make
+from rlfoundry.envs import build as build_envs
 try:
-    make(EnvConfig(id="dm_control/cartpole-swingup-v0", num_envs=1, dm_control={"pixels": True}))
+    build_envs(EnvConfig(id="dm_control/cartpole-swingup-v0", num_envs=1, dm_control={"pixels": True}))
 except ConfigError as exc:
     print("ConfigError:", exc)
 print("MUJOCO_GL =", os.environ.get("MUJOCO_GL"))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import make
+from rlfoundry.envs import build
 from rlfoundry.envs.state import capture, restore
 
 CAPTURABLE = [
@@ -34,7 +34,7 @@ def roundtrip(state, arrays):
 def test_restored_envs_continue_exactly(tmp_path, monkeypatch, env_id, vectorization, extra):
     monkeypatch.chdir(tmp_path)
     cfg = EnvConfig(id=env_id, num_envs=3, vectorization=vectorization, **extra)
-    (a, _), (b, _) = make(cfg, gamma=0.99), make(cfg, gamma=0.99)
+    (a, _), (b, _) = build(cfg, gamma=0.99), build(cfg, gamma=0.99)
     try:
         a.reset(seed=5)
         a.action_space.seed(1)
@@ -66,7 +66,7 @@ def test_restored_envs_continue_exactly(tmp_path, monkeypatch, env_id, vectoriza
 def test_uncapturable_families_say_why(tmp_path, monkeypatch, env_id, vectorization, reason):
     monkeypatch.chdir(tmp_path)  # vizdoom writes _vizdoom.ini here
     options = {"atari": {"obs_type": "objects"}} if "OCAtari" in reason else {}
-    envs, _ = make(EnvConfig(id=env_id, num_envs=2, vectorization=vectorization, **options))
+    envs, _ = build(EnvConfig(id=env_id, num_envs=2, vectorization=vectorization, **options))
     try:
         envs.reset(seed=0)
         state, arrays, why = capture(envs)

@@ -12,7 +12,8 @@ from rollouts import rollout  # tests/envs/rollouts.py
 from rlfoundry.config import cores as cores_module
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import EnvInfo, copy_obs_stats, find_wrapper, make
+from rlfoundry.envs import EnvInfo, copy_obs_stats, find_wrapper
+from rlfoundry.envs import build as build_envs
 from rlfoundry.envs import factory as envs_module
 
 NUM_ENVS = 2
@@ -33,12 +34,12 @@ FAMILIES = [
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    """make(), closing every env the test built."""
+    """build_envs(), closing every env the test built."""
     monkeypatch.chdir(tmp_path)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
     built = []
 
     def _build(env_id: str, evaluation: bool = False, num_envs: int = NUM_ENVS, **cfg_kwargs):
-        envs, spec = make(EnvConfig(id=env_id, num_envs=num_envs, **cfg_kwargs), evaluation=evaluation)
+        envs, spec = build_envs(EnvConfig(id=env_id, num_envs=num_envs, **cfg_kwargs), evaluation=evaluation)
         built.append(envs)
         return envs, spec
 
@@ -103,7 +104,7 @@ def test_vector_entry_point_without_one_is_a_config_error(build):
 
 
 def test_num_envs_argument_overrides_config():
-    envs, spec = make(EnvConfig(id="Acrobot-v1", num_envs=4, vectorization="sync"), num_envs=3)
+    envs, spec = build_envs(EnvConfig(id="Acrobot-v1", num_envs=4, vectorization="sync"), num_envs=3)
     try:
         assert spec.num_envs == envs.num_envs == 3
         assert envs.reset(seed=0)[0].shape == (3, 6)

@@ -10,7 +10,8 @@ from rollouts import rollout  # tests/envs/rollouts.py
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import find_wrapper, make, probe_spaces
+from rlfoundry.envs import build as build_envs
+from rlfoundry.envs import find_wrapper, probe_spaces
 from rlfoundry.envs.wrappers import MaskObservation
 from rlfoundry.experiment.load import load_config
 
@@ -20,7 +21,7 @@ def build():
     built = []
 
     def _build(env_id: str = "CartPole-v1", num_envs: int = 3, **cfg_kwargs):
-        envs, spec = make(EnvConfig(id=env_id, num_envs=num_envs, **cfg_kwargs))
+        envs, spec = build_envs(EnvConfig(id=env_id, num_envs=num_envs, **cfg_kwargs))
         built.append(envs)
         return envs, spec
 

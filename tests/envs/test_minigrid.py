@@ -10,7 +10,8 @@ from rollouts import rollout  # tests/envs/rollouts.py
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig, MiniGridConfig
-from rlfoundry.envs import make, probe_spaces, register_optional_families
+from rlfoundry.envs import build as build_envs
+from rlfoundry.envs import probe_spaces, register_optional_families
 
 EMPTY = "MiniGrid-Empty-5x5-v0"  # 5×5 walls included; agent at (1, 1) facing right, goal at (3, 3)
 TO_GOAL = [2, 2, 1, 2, 2]  # forward, forward, turn right, forward, forward
@@ -26,13 +27,13 @@ VIEWS = {  # view → observation shape on EMPTY (tile size 8)
 
 @pytest.fixture
 def build():
-    """make(), closing every env the test built."""
+    """build_envs(), closing every env the test built."""
     built = []
 
     def _build(env_id=EMPTY, view="partial", num_envs=2, vectorization="sync", **cfg_kwargs):
         minigrid = MiniGridConfig(view=view)
         cfg = EnvConfig(id=env_id, num_envs=num_envs, vectorization=vectorization, minigrid=minigrid, **cfg_kwargs)
-        envs, spec = make(cfg)
+        envs, spec = build_envs(cfg)
         built.append(envs)
         return envs, spec
 
@@ -101,7 +102,7 @@ def test_views_match_minigrids_own_wrappers(view):
 def test_tile_size():
     minigrid = MiniGridConfig(view="rgb_partial", tile_size=4)
     cfg = EnvConfig(id=EMPTY, num_envs=1, vectorization="sync", minigrid=minigrid)
-    envs, spec = make(cfg)
+    envs, spec = build_envs(cfg)
     envs.close()
     assert spec.obs_shape == (3, 28, 28)
 

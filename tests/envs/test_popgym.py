@@ -14,7 +14,7 @@ from gymnasium.utils.env_checker import check_env
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import env_fn, make, make_kwargs, probe_spaces, register_optional_families
+from rlfoundry.envs import build, env_fn, make_kwargs, probe_spaces, register_optional_families
 
 pytest.importorskip("popgym")
 
@@ -164,7 +164,7 @@ def test_the_episode_length_is_a_truncation_and_a_fall_on_it_a_termination():
 
 
 def test_max_episode_steps_truncates_and_statistics_report_the_true_return():
-    envs, _ = make(EnvConfig(id=REPEAT, num_envs=2, vectorization="sync", max_episode_steps=10))
+    envs, _ = build(EnvConfig(id=REPEAT, num_envs=2, vectorization="sync", max_episode_steps=10))
     try:
         envs.reset(seed=3)
         returns = np.zeros(2)
@@ -195,7 +195,7 @@ def test_every_easy_id_restores_exactly():
 
     for env_id in easy_ids():
         cfg = EnvConfig(id=env_id, num_envs=2, vectorization="sync")
-        (a, _), (b, _) = make(cfg), make(cfg)
+        (a, _), (b, _) = build(cfg), build(cfg)
         try:
             a.reset(seed=5)
             a.action_space.seed(1)

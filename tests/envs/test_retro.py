@@ -20,7 +20,7 @@ from gymnasium.utils.env_checker import check_env
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import env_fn, make, make_kwargs, register_optional_families
+from rlfoundry.envs import build, env_fn, make_kwargs, register_optional_families
 from rlfoundry.envs.frames import ScreenFrames, StickyFrameSkip
 
 needs_retro = pytest.mark.skipif(importlib.util.find_spec("stable_retro") is None, reason="stable-retro not installed")
@@ -227,7 +227,7 @@ def test_without_sticky_actions_the_emulator_replays_the_same_episode(airstriker
 
 @needs_retro
 def test_two_envs_run_in_worker_processes_with_episode_statistics():
-    envs, spec = make(EnvConfig(id=AIRSTRIKER, num_envs=2, vectorization="async", max_episode_steps=8))
+    envs, spec = build(EnvConfig(id=AIRSTRIKER, num_envs=2, vectorization="async", max_episode_steps=8))
     try:
         assert spec.obs_shape == (4, 84, 84) and spec.vectorization == "async"
         obs, _ = envs.reset(seed=0)

@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import make, make_kwargs, make_single, probe_spaces
+from rlfoundry.envs import build, make_kwargs, make_single, probe_spaces
 from rlfoundry.envs.spaces import FlatObservation, flattened
 
 
@@ -79,7 +79,7 @@ def test_toy_text_ids_observe_vectors_everywhere(env_id, size):
         rebuilt.close()
     finally:
         single.close()
-    envs, info = make(cfg, 2, vectorization="async")  # pickled into worker processes
+    envs, info = build(cfg, 2, vectorization="async")  # pickled into worker processes
     try:
         assert info.obs_shape == (size,) and envs.reset(seed=0)[0].shape == (2, size)
     finally:

@@ -10,11 +10,11 @@ import pytest
 import rlfoundry
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import make, obs_stats, probe_spaces
+from rlfoundry.envs import build, obs_stats, probe_spaces
 
 
 def test_static_maps_the_bounds_to_minus_one_one():
-    envs, spec = make(EnvConfig(id="Pendulum-v1", num_envs=2, normalize_obs="static"))
+    envs, spec = build(EnvConfig(id="Pendulum-v1", num_envs=2, normalize_obs="static"))
     raw = gym.make_vec("Pendulum-v1", 2, vectorization_mode="sync")
     try:
         obs, _ = envs.reset(seed=3)
@@ -34,7 +34,7 @@ def test_static_maps_the_bounds_to_minus_one_one():
 
 def test_static_uses_the_masked_bounds():
     cfg = EnvConfig(id="Pendulum-v1", normalize_obs="static", mask_obs=[0, 1])  # only the velocity, in [-8, 8]
-    envs, _ = make(cfg)
+    envs, _ = build(cfg)
     try:
         obs, _ = envs.reset(seed=0)
         assert obs.shape == (cfg.num_envs, 1) and np.abs(obs).max() <= 1.0

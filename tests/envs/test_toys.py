@@ -16,7 +16,7 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import is_image_space, make, probe_spaces, register_optional_families
+from rlfoundry.envs import build, is_image_space, probe_spaces, register_optional_families
 from rlfoundry.envs.toys import BALL, PADDLE, RENDER_SCALE, CatchEnv
 
 CATCH = "rlfoundry/Catch-v0"
@@ -155,7 +155,7 @@ def test_invalid_arguments_are_errors():
 def test_make_builds_it_as_an_image_env():
     observation_space, action_space = probe_spaces(CATCH)
     assert is_image_space(observation_space) and action_space == spaces.Discrete(3)
-    envs, spec = make(EnvConfig(id=CATCH, num_envs=3))
+    envs, spec = build(EnvConfig(id=CATCH, num_envs=3))
     try:
         assert spec.vectorization == "sync" and envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
         assert spec.observation_space == observation_space and spec.obs_dtype == np.uint8
@@ -174,7 +174,7 @@ def test_state_restores_exactly():
     `rlfoundry.envs.state` captures for an exact resume."""
     from rlfoundry.envs.state import capture, restore
 
-    envs, _ = make(EnvConfig(id=CATCH, num_envs=2))
+    envs, _ = build(EnvConfig(id=CATCH, num_envs=2))
     try:
         envs.reset(seed=3)
         actions = np.random.default_rng(0).integers(0, 3, size=(450, 2))  # past two episode ends: new balls drawn

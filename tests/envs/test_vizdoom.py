@@ -10,7 +10,8 @@ from gymnasium.utils.env_checker import check_env
 
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
-from rlfoundry.envs import env_fn, make, make_kwargs, register_optional_families
+from rlfoundry.envs import build as build_envs
+from rlfoundry.envs import env_fn, make_kwargs, register_optional_families
 
 pytest.importorskip("vizdoom")
 
@@ -31,11 +32,11 @@ def single(cfg: EnvConfig) -> gym.Env:
 
 @pytest.fixture
 def build():
-    """make(), closing every vector env the test built."""
+    """build_envs(), closing every vector env the test built."""
     built = []
 
     def _build(num_envs: int = 2, **cfg_kwargs):
-        envs, spec = make(EnvConfig(id=BASIC, num_envs=num_envs, vectorization="sync", **cfg_kwargs))
+        envs, spec = build_envs(EnvConfig(id=BASIC, num_envs=num_envs, vectorization="sync", **cfg_kwargs))
         built.append(envs)
         return envs, spec
 

@@ -10,7 +10,7 @@ import torch
 from rlfoundry.algos import Runtime
 from rlfoundry.algos.ppo import PPO
 from rlfoundry.buffers.rollout import Minibatch
-from rlfoundry.envs import make
+from rlfoundry.envs import build
 from rlfoundry.experiment.load import load_config
 from rlfoundry.run import hardware
 from rlfoundry.run.trainer import Trainer
@@ -22,7 +22,7 @@ def test_compiled_ppo_gives_the_eager_losses_and_actions(env_id):
     agents = {}
     for setting in (False, True):
         cfg = load_config(f"{env_id}:ppo", ["train.device=cpu", f"train.compile={str(setting).lower()}"])
-        envs, spec = make(cfg.env, 1)
+        envs, spec = build(cfg.env, 1)
         envs.close()
         agents[setting] = PPO(cfg, spec, Runtime.of(cfg.train))
     agents[True].policy.load_state_dict(agents[False].policy.state_dict())
@@ -100,7 +100,7 @@ def _agents(spec_name: str):
     agents = {}
     for setting in (False, True):
         cfg = load_config(spec_name, ["train.device=cpu", f"train.compile={str(setting).lower()}"])
-        envs, spec = make(cfg.env, 1)
+        envs, spec = build(cfg.env, 1)
         envs.close()
         torch.manual_seed(0)
         agents[setting] = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train))

@@ -19,7 +19,7 @@ def agent_for(spec: str, overrides: list[str], **env):
     cfg = load_config(spec, overrides)
     if env:  # another env under the same config (ids with a preset cannot take another algorithm)
         cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update=env)})
-    envs, env_spec = envs_lib.make(cfg.env)
+    envs, env_spec = envs_lib.build(cfg.env)
     torch.manual_seed(0)
     return Dreamer(cfg, env_spec, Runtime.of(cfg.train)), envs
 
@@ -76,7 +76,7 @@ def test_images_whose_size_the_cnns_cannot_halve_four_times_are_refused():
     from rlfoundry.config.errors import ConfigError
 
     cfg = load_config("MountainCarContinuous-v0:dreamer", TINY)
-    envs, catch = envs_lib.make(cfg.env.model_copy(update={"id": "rlfoundry/Catch-v0"}))  # 20 × 16
+    envs, catch = envs_lib.build(cfg.env.model_copy(update={"id": "rlfoundry/Catch-v0"}))  # 20 × 16
     envs.close()
     with pytest.raises(ConfigError, match="divisible by 16"):
         Dreamer(cfg, catch, Runtime.of(cfg.train))

@@ -11,7 +11,7 @@ import torch
 from rlfoundry.algos import Memory, Runtime, algorithm
 from rlfoundry.algos.graphs import HostSync, no_host_syncs
 from rlfoundry.algos.optim import load_optimizer_state, optimizer_state, set_lr
-from rlfoundry.envs import make
+from rlfoundry.envs import build
 from rlfoundry.experiment.load import load_config
 from rlfoundry.nets.cores import CORES
 from rlfoundry.run import hardware
@@ -36,7 +36,7 @@ def filled_agent(case: str, device: str = "cpu", overrides: list[str] = ()):
     cfg = load_config(spec_name, [f"train.device={device}", "env.num_envs=1", "algo.learning_starts=100000",
                                   "algo.train_freq=64", "algo.batch_size=16", "network.hidden_sizes=[32,32]",
                                   *extra, *overrides])
-    envs, spec = make(cfg.env, 1)
+    envs, spec = build(cfg.env, 1)
     torch.manual_seed(0)
     agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, device))
     agent.iterate(envs, 0.0)
@@ -98,7 +98,7 @@ def test_every_on_policy_acting_step_runs_20_steps_without_a_host_read(spec_name
     """The acting step of PPO, A2C and REINFORCE with every memory core, episode starts given or not, its memory
     fed back as the collector does."""
     cfg = load_config(spec_name, ["train.device=cpu", "network.hidden_sizes=[32,32]", *extra])
-    envs, spec = make(cfg.env, 1)
+    envs, spec = build(cfg.env, 1)
     envs.close()
     agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train))
     obs = torch.as_tensor(np.stack([spec.observation_space.sample() for _ in range(3)]))
@@ -117,7 +117,7 @@ def test_ppo_minibatch_steps_run_20_updates_without_a_host_read(spec_name):
     from rlfoundry.buffers.rollout import Minibatch
 
     cfg = load_config(spec_name, ["train.device=cpu", "network.hidden_sizes=[32,32]"])
-    envs, spec = make(cfg.env, 1)
+    envs, spec = build(cfg.env, 1)
     envs.close()
     agent = algorithm("ppo")(cfg, spec, Runtime.of(cfg.train))
     rng = np.random.default_rng(0)
@@ -140,7 +140,7 @@ TINY_DREAMER = ["algo.model.rssm.deter=32", "algo.model.rssm.hidden=16", "algo.m
 def filled_dreamer(spec_name: str, device: str = "cpu", overrides: list[str] = ()):
     """A tiny DreamerV3 agent that has collected 64 steps (and taken its first updates)."""
     cfg = load_config(spec_name, [f"train.device={device}", *TINY_DREAMER, *overrides])
-    envs, spec = make(cfg.env, 1)
+    envs, spec = build(cfg.env, 1)
     torch.manual_seed(0)
     agent = algorithm("dreamer")(cfg, spec, Runtime.of(cfg.train, device))
     while len(agent.replay) < 64:
@@ -248,7 +248,7 @@ def filled_planet(device: str = "cpu", overrides: list[str] = ()):
         f"train.device={device}", *overrides, "algo.model.rssm.deter=32", "algo.model.rssm.hidden=32", "algo.model.rssm.stoch=8",
         "algo.model.units=32", "algo.batch_size=4", "algo.batch_length=8", "algo.seed_episodes=2",
         "algo.candidates=20", "algo.top_k=5", "algo.iterations=2", "algo.plan_horizon=4", "algo.collect_steps=8"])
-    envs, spec = make(cfg.env, 1)
+    envs, spec = build(cfg.env, 1)
     torch.manual_seed(0)
     agent = algorithm("planet")(cfg, spec, Runtime.of(cfg.train, device))
     while agent.replay.starts(agent.algo.batch_length - 1) == 0:

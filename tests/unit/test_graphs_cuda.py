@@ -18,7 +18,7 @@ import torch
 
 from rlfoundry.algos import Memory, Runtime, algorithm
 from rlfoundry.algos.graphs import GraphedStep
-from rlfoundry.envs import make
+from rlfoundry.envs import build
 from rlfoundry.experiment.load import load_config
 from tests.conftest import output_of
 from tests.e2e.test_resume import COMMON, cli, last_step, rows
@@ -77,7 +77,7 @@ def test_on_policy_acting_graphs_replay_equal_to_eager(spec_name, extra):
     episode starts (two graphs): the graphed steps act, score and remember as the eager ones."""
     cfg = load_config(spec_name, ["train.device=cuda", "train.cuda_graphs=true", "network.hidden_sizes=[32,32]",
                                   *extra])
-    envs, spec = make(cfg.env, 1)
+    envs, spec = build(cfg.env, 1)
     envs.close()
     agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, "cuda"))
     batches = [torch.as_tensor(np.stack([spec.observation_space.sample() for _ in range(3)]), device="cuda")
@@ -179,14 +179,14 @@ def test_ppo_minibatch_graphs_replay_equal_to_eager(spec_name):
 
     from rlfoundry.algos import Runtime, algorithm
     from rlfoundry.buffers.rollout import Minibatch
-    from rlfoundry.envs import make
+    from rlfoundry.envs import build
     from rlfoundry.experiment.load import load_config
 
     agents = []
     for graphs in ("false", "true"):
         cfg = load_config(spec_name, ["train.device=cuda", "network.hidden_sizes=[32,32]",
                                       f"train.cuda_graphs={graphs}"])
-        envs, spec = make(cfg.env, 1)
+        envs, spec = build(cfg.env, 1)
         envs.close()
         torch.manual_seed(0)
         agents.append(algorithm("ppo")(cfg, spec, Runtime.of(cfg.train, "cuda")))

@@ -26,7 +26,7 @@ SEED = 4
 
 def fresh_policy(spec: str, *overrides: str, obs_stats=None) -> Policy:
     cfg = load_config(spec, ["train.device=cpu", "train.precision=fp32", *overrides])
-    envs, env_spec = envs_lib.make(cfg.env, 1, evaluation=True)
+    envs, env_spec = envs_lib.build(cfg.env, 1, evaluation=True)
     envs.close()
     torch.manual_seed(0)
     agent = algorithm(cfg.algo.name)(cfg, env_spec, Runtime.of(cfg.train))

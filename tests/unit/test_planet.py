@@ -35,11 +35,11 @@ def test_a_partial_model_section_changes_only_what_it_gives():
 
 def test_planet_plans_box_actions_from_vectors_or_64_pixel_images():
     cfg = load_config("rlfoundry/Reach-v0:planet")
-    envs, cartpole = envs_lib.make(cfg.env.model_copy(update={"id": "CartPole-v1"}))
+    envs, cartpole = envs_lib.build(cfg.env.model_copy(update={"id": "CartPole-v1"}))
     envs.close()
     with pytest.raises(ConfigError, match="plans 1-D Box actions"):
         PlaNet(cfg, cartpole, Runtime.of(cfg.train))
-    envs, small = envs_lib.make(cfg.env.model_copy(update={"id": "Pendulum-v1", "pixels": PixelsConfig(
+    envs, small = envs_lib.build(cfg.env.model_copy(update={"id": "Pendulum-v1", "pixels": PixelsConfig(
         enabled=True, img_size=48)}))
     envs.close()
     with pytest.raises(ConfigError, match=r"uint8 images \[C, 64, 64\] \(PlaNet's CNNs\)"):
@@ -63,7 +63,7 @@ def test_planet_learns_from_pixels():
         "algo.model.rssm.deter=16", "algo.model.rssm.hidden=16", "algo.model.rssm.stoch=4", "algo.model.units=16",
         "algo.batch_size=4", "algo.batch_length=8", "algo.seed_episodes=2", "algo.updates_per_episode=8",
         "algo.candidates=8", "algo.top_k=2", "algo.iterations=2", "algo.plan_horizon=3", "algo.collect_steps=16"])
-    envs, spec = envs_lib.make(cfg.env.model_copy(update={"id": "Pendulum-v1", "max_episode_steps": 16,
+    envs, spec = envs_lib.build(cfg.env.model_copy(update={"id": "Pendulum-v1", "max_episode_steps": 16,
                                                           "pixels": PixelsConfig(enabled=True)}))
     torch.manual_seed(0)
     agent = PlaNet(cfg, spec, Runtime.of(cfg.train))

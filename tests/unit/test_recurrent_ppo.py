@@ -24,7 +24,7 @@ from rlfoundry.buffers.rollout import (
     split_at_episode_starts,
     to_sequences,
 )
-from rlfoundry.envs import make
+from rlfoundry.envs import build
 from rlfoundry.experiment.load import load_config
 from rlfoundry.run import checkpoint
 from rlfoundry.run.evaluate import evaluate
@@ -76,7 +76,7 @@ def agent_for(core: str, sequence_length: int):
         "network.mamba2_head_dim=16", "env.num_envs=4", "algo.num_steps=32", "algo.minibatch_size=32",
         f"algo.sequence_length={sequence_length}", "train.device=cpu", "env.normalize_reward=false",
     ])
-    envs, spec = make(cfg.env)
+    envs, spec = build(cfg.env)
     torch.manual_seed(0)
     return PPO(cfg, spec, Runtime.of(cfg.train)), envs
 

@@ -127,7 +127,7 @@ def test_the_replay_stores_the_state_the_acting_networks_had(spec, core, shared)
     stored stream reproduces, at every sequence start, the state the replay stored (for SAC and TD3 the actor's
     memory and the critics' own, or the one they share)."""
     cfg = load_config(spec, [f"network.core={core}", *SMALL, *filter(None, [shared])])
-    envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
+    envs, spec_info = envs_lib.build(cfg.env, gamma=0.99)
     agent = algorithm(cfg.algo.name)(cfg, spec_info, Runtime.of(cfg.train, "cpu"))
     replay = agent.replay
     assert isinstance(replay, RecurrentReplay)
@@ -163,7 +163,7 @@ def test_the_replay_stores_the_state_the_acting_networks_had(spec, core, shared)
 def test_recurrent_actor_critics_update_from_sequences_and_act_from_memory(spec, core, shared):
     cfg = load_config(spec, [f"network.core={core}", *SMALL[:-2], "algo.learning_starts=0", "algo.batch_size=24",
                              *filter(None, [shared])])
-    envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
+    envs, spec_info = envs_lib.build(cfg.env, gamma=0.99)
     agent, other = (algorithm(cfg.algo.name)(cfg, spec_info, Runtime.of(cfg.train, "cpu")) for _ in range(2))
     agent.obs = start_envs(envs, agent.replay, 1)
     agent.obs = collect(envs, agent.replay, agent.obs, agent.explore, 60).obs
@@ -194,7 +194,7 @@ def test_a_recurrent_dqn_state_dict_holds_the_acting_state_and_the_stored_states
     sequence starts (an end-to-end resume: tests/e2e/test_resume_memory.py)."""
     cfg = load_config("CartPole-v1:dqn", ["network.core=gru", "network.core_hidden=8", "network.hidden_sizes=[8]",
                                           "algo.learning_starts=100000", "algo.prioritized=true"])
-    envs, spec = envs_lib.make(cfg.env, gamma=0.99)
+    envs, spec = envs_lib.build(cfg.env, gamma=0.99)
     agent, other = (algorithm("dqn")(cfg, spec, Runtime.of(cfg.train, "cpu")) for _ in range(2))
     agent.obs = start_envs(envs, agent.replay, 1)
     agent.obs = collect(envs, agent.replay, agent.obs, agent.explore, 37).obs
@@ -209,7 +209,7 @@ def test_a_recurrent_dqn_state_dict_holds_the_acting_state_and_the_stored_states
 
 def test_a_recurrent_dqn_acts_from_its_memory_in_predict_and_in_its_exported_network():
     cfg = load_config("CartPole-v1:dqn", ["network.core=lstm", "network.core_hidden=8", "network.hidden_sizes=[8]"])
-    envs, spec = envs_lib.make(cfg.env, gamma=0.99)
+    envs, spec = envs_lib.build(cfg.env, gamma=0.99)
     envs.close()
     agent = algorithm("dqn")(cfg, spec, Runtime.of(cfg.train, "cpu"))
     obs = np.random.default_rng(0).normal(size=(5, 3, 4)).astype(np.float32)  # 5 steps of 3 envs
@@ -232,7 +232,7 @@ def test_the_shared_memory_trains_by_the_critics_loss_only():
     """algo.shared_memory: the actor's loss reaches the actor's own layers, never the memory the critics own."""
     cfg = load_config("Pendulum-v1:sac", ["network.core=gru", *SMALL[:-2], "algo.learning_starts=0",
                                           "algo.batch_size=24", SHARED])
-    envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
+    envs, spec_info = envs_lib.build(cfg.env, gamma=0.99)
     agent = algorithm("sac")(cfg, spec_info, Runtime.of(cfg.train, "cpu"))
     agent.obs = start_envs(envs, agent.replay, 1)
     collect(envs, agent.replay, agent.obs, agent.explore, 60)
@@ -256,7 +256,7 @@ def test_the_shared_memory_trains_by_the_critics_loss_only():
 
 def test_shared_memory_needs_a_memory_core():
     cfg = load_config("Pendulum-v1:sac", [SHARED])
-    envs, spec_info = envs_lib.make(cfg.env, gamma=0.99)
+    envs, spec_info = envs_lib.build(cfg.env, gamma=0.99)
     envs.close()
     with pytest.raises(ConfigError, match="algo.shared_memory = true"):
         algorithm("sac")(cfg, spec_info, Runtime.of(cfg.train, "cpu"))

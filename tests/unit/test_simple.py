@@ -13,7 +13,7 @@ import torch
 from rlfoundry.algos import Runtime
 from rlfoundry.algos.simple import Simple, SimpleConfig, ppo_multiplier
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.envs import make
+from rlfoundry.envs import build
 from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.world_models.training import Adafactor, input_noise, scheduled_sampling_probability
 
@@ -38,7 +38,7 @@ def _config(**algo) -> ExperimentConfig:
 
 def _agent(**algo) -> tuple[Simple, object]:
     cfg = _config(**algo)
-    envs, spec = make(cfg.env)
+    envs, spec = build(cfg.env)
     torch.manual_seed(0)
     return Simple(cfg, spec, Runtime.of(cfg.train)), envs
 
@@ -147,12 +147,12 @@ def test_bad_settings_are_config_errors():
     with pytest.raises(ValueError, match="num_envs = 2"):
         ExperimentConfig.model_validate({**_config().model_dump(), "env": {"id": "rlfoundry/Catch-v0", "num_envs": 2}})
     cfg = ExperimentConfig.model_validate({"env": {"id": "CartPole-v1", "num_envs": 1}, "algo": {"name": "simple"}})
-    envs, spec = make(cfg.env)
+    envs, spec = build(cfg.env)
     with pytest.raises(ConfigError, match="frame stacks"):
         Simple(cfg, spec, Runtime.of(cfg.train))
     envs.close()
     cfg = _config(world_model={**TINY_WORLD_MODEL, "compress_steps": 5})
-    envs, spec = make(cfg.env)
+    envs, spec = build(cfg.env)
     with pytest.raises(ConfigError, match="too small"):
         Simple(cfg, spec, Runtime.of(cfg.train))
     envs.close()

@@ -1,6 +1,6 @@
 """`rlfoundry bench env`: raw vector-env steps/s with random actions.
 
-It builds exactly what training builds (the preset's env settings, the same `envs.make`), so the
+It builds exactly what training builds (the preset's env settings, the same `envs.build`), so the
 figure says what a run of that spec will see on this machine.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 def bench_env(env_id: str, num_envs: int | None, steps: int, seed: int = 0, overrides: list[str] | None = None) -> dict[str, Any]:
     """Step the vector env of `env_id` (its preset's env settings, else the defaults) with uniformly random
     actions; `steps` counts vector steps. Returns env steps/s over all envs, after a short warm-up."""
-    from rlfoundry.envs import make
+    from rlfoundry.envs import build
     from rlfoundry.experiment.load import load_config
 
     env_cfg = load_config(env_id, overrides).env
     if num_envs:  # not an override: the preset's algorithm settings may not fit another env count
         env_cfg = env_cfg.model_copy(update={"num_envs": num_envs})
-    envs, spec = make(env_cfg)
+    envs, spec = build(env_cfg)
     try:
         envs.reset(seed=seed)
         envs.action_space.seed(seed)

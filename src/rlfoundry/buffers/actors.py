@@ -175,7 +175,7 @@ def run_actor(k: int, num_actors: int, cfg, spec, build_policy: Callable, act: C
         env_cfg = cfg.env.model_copy(update={"num_envs": m})
         mode = envs_lib.choose_vectorization(env_cfg, m)
         # the actor processes are the parallelism: no env worker processes below them
-        envs, local_spec = envs_lib.make(env_cfg, gamma=cfg.algo.gamma, vectorization="sync" if mode == "async" else mode)
+        envs, local_spec = envs_lib.build(env_cfg, gamma=cfg.algo.gamma, vectorization="sync" if mode == "async" else mode)
         seeds = np.random.SeedSequence([cfg.train.seed, k])
         torch.manual_seed(int(seeds.generate_state(1)[0]))
         rng = np.random.default_rng(seeds.spawn(1)[0])

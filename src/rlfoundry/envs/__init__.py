@@ -1,4 +1,5 @@
-"""Environment construction: one `make()` for every family, returning a Gymnasium `VectorEnv`.
+"""Environment construction: one `build()` for every family, returning a Gymnasium `VectorEnv` and the `EnvInfo` an
+agent is built for; `make()` returns the same vector env in one call, for a training loop of one's own.
 
 All vector envs here use Gymnasium's NEXT_STEP autoreset: the step that ends an episode returns the
 episode's true final observation, and the following step resets that sub-env (its action is ignored,
@@ -12,6 +13,7 @@ from rlfoundry.envs.factory import (
     FAMILIES,
     EnvInfo,
     Family,
+    build,
     check_obs_options,
     check_pixels,
     check_renders,
@@ -42,6 +44,7 @@ from rlfoundry.envs.wrappers import is_image_space
 
 __all__ = [
     "ASYNC_STEP_SECONDS",
+    "build",
     "check_obs_options",
     "check_pixels",
     "check_renders",

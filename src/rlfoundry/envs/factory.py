@@ -1,9 +1,11 @@
-"""Building envs: `make()` for every family (a Gymnasium `VectorEnv` with NEXT_STEP autoreset, and the `EnvInfo` an
-agent is built for), `make_single()`, the optional families' dispatch, env seeds, the vectorization `auto` chooses,
-and the checks an id and its options get before anything is built. `rlfoundry.envs` re-exports what others use."""
+"""Building envs: `build()` for every family (a Gymnasium `VectorEnv` with NEXT_STEP autoreset, and the `EnvInfo` an
+agent is built for), `make()` (the same vector env in one call, for a training loop of one's own), `make_single()`,
+the optional families' dispatch, env seeds, the vectorization `auto` chooses, and the checks an id and its options
+get before anything is built. `rlfoundry.envs` re-exports what others use."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 from collections.abc import Callable
@@ -433,7 +435,7 @@ def _base_vector_env(env_cfg, num_envs: int, mode: str, render_mode: str | None,
     return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def make(
+def build(
     env_cfg,
     num_envs: int | None = None,
     *,
@@ -484,6 +486,33 @@ def make(
     assert isinstance(observation_space, spaces.Box)  # check_spaces; the wrappers above keep a Box
     spec = EnvInfo(env_cfg.id, num_envs, observation_space, envs.single_action_space, mode, first_env)
     return envs, spec
+
+
+def make(env: str | EnvConfig, num_envs: int | None = None, *, evaluation: bool = False,
+         render_mode: str | None = None, **options) -> VectorEnv:
+    """The vector env training builds, in one call: `make("ALE/Breakout-v5", num_envs=8)`, with any `EnvConfig`
+    option as a keyword (`make("Pendulum-v1", normalize_obs=True, action_repeat=2)`; a section as a dict:
+    `atari={"frame_stack": 2}`), or from an `EnvConfig` (a preset's exactly: `rlfoundry.load_config(SPEC).env`).
+
+    Its `spec` is the id's Gymnasium `EnvSpec` with the env's kwargs, `num_envs` and the `EnvConfig` it was built
+    from (`spec.kwargs["rlfoundry"]`), and its `single_observation_space` what an agent takes (a Box: see
+    `rlfoundry.envs.spaces`). `evaluation`: the statistics of observation normalisation frozen and rewards not
+    normalised, as a run evaluates. Bad options are a ConfigError naming them."""
+    from pydantic import ValidationError
+
+    try:
+        base = EnvConfig(id=env) if isinstance(env, str) else env
+        env_cfg = EnvConfig.model_validate({**base.model_dump(), **options}) if options else base
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, error['loc'])) or 'env'}: {error['msg']}" for error in exc.errors())
+        raise ConfigError(f"rlfoundry.envs.make({env!r}): {problems}") from None
+    envs, _ = build(env_cfg, num_envs, evaluation=evaluation, render_mode=render_mode)
+    registered = gym.registry.get(env_cfg.id)
+    if registered is not None:
+        envs.unwrapped.spec = dataclasses.replace(registered, kwargs={  # the wrappers read it there
+            **registered.kwargs, **make_kwargs(env_cfg), "num_envs": envs.num_envs,
+            "rlfoundry": env_cfg.model_dump(mode="json")})
+    return envs
 
 
 def make_single(env_cfg, render_mode: str | None = None) -> gym.Env:

@@ -174,7 +174,7 @@ def _evaluate(policy: policy_lib.Policy, episodes: int, seed: int) -> tuple[list
     from rlfoundry.run.evaluate import evaluate
 
     cfg = policy.cfg
-    envs, _ = envs_lib.make(cfg.env, cfg.eval.num_envs or min(episodes, 16), evaluation=True)
+    envs, _ = envs_lib.build(cfg.env, cfg.eval.num_envs or min(episodes, 16), evaluation=True)
     try:
         if policy.obs_stats is not None:
             envs_lib.set_obs_stats(envs, *policy.obs_stats)

@@ -277,7 +277,7 @@ def follow(group: Group) -> None:
     seed_everything(rank_seed(cfg.train.seed, group.rank), threads, cfg.train.deterministic)
     device = resolve_device(cfg.train.device)  # on CUDA: this rank's GPU, the current device since `join`
     env_cfg = cfg.env.model_copy(update={"vectorization": setup["vectorization"]})
-    envs, spec = envs_lib.make(env_cfg, gamma=getattr(cfg.algo, "gamma", 0.99), check_finite=cfg.train.debug,
+    envs, spec = envs_lib.build(env_cfg, gamma=getattr(cfg.algo, "gamma", 0.99), check_finite=cfg.train.debug,
                                first_env=group.rank * env_cfg.num_envs)
     agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, device))
     try:

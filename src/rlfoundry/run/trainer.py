@@ -284,10 +284,10 @@ class Trainer:
             # the vectorization the run chose, not a new measurement: the saved env state is for it
             env_cfg = env_cfg.model_copy(update={"vectorization": cfg.provenance.vectorization})
         with contextlib.ExitStack() as opened:  # closed again if a later part fails
-            train_envs, spec = envs_lib.make(env_cfg, gamma=getattr(cfg.algo, "gamma", 0.99),
+            train_envs, spec = envs_lib.build(env_cfg, gamma=getattr(cfg.algo, "gamma", 0.99),
                                              check_finite=cfg.train.debug)
             opened.callback(train_envs.close)
-            eval_envs, _ = envs_lib.make(env_cfg, cfg.eval.num_envs or min(cfg.eval.episodes, 16), evaluation=True)
+            eval_envs, _ = envs_lib.build(env_cfg, cfg.eval.num_envs or min(cfg.eval.episodes, 16), evaluation=True)
             opened.callback(eval_envs.close)
             agent = algorithm(cfg.algo.name)(run_cfg, spec, Runtime.of(run_cfg.train, self.device))
             if self.init is not None:  # a misfit is bad input, said before anything is written

@@ -1,6 +1,6 @@
 """One episode of an agent as an mp4: what `rlfoundry eval --video` and evaluation during training write.
 
-The episode runs in its own one-env evaluation vector env (`rlfoundry.envs.make` with `render_mode="rgb_array"`),
+The episode runs in its own one-env evaluation vector env (`rlfoundry.envs.build` with `render_mode="rgb_array"`),
 so it gets the same wrappers as evaluation: the observation statistics are set and frozen, rewards are the true
 ones. Frames are streamed to ffmpeg (libx264, yuv420p) as they are rendered, never held in memory, into a
 temporary file beside the target that is renamed into place at the end: a killed write leaves no broken mp4
@@ -128,7 +128,7 @@ def record_video(agent, env_cfg, obs_stats: tuple[np.ndarray, np.ndarray, float]
     check_renders(env_cfg.id)
     with offscreen():
         # one env needs no worker process: an `async` config is built in-process here
-        envs, _ = envs_lib.make(env_cfg, 1, evaluation=True, render_mode="rgb_array",
+        envs, _ = envs_lib.build(env_cfg, 1, evaluation=True, render_mode="rgb_array",
                                 vectorization="sync" if env_cfg.vectorization == "async" else None)
         try:
             if obs_stats is not None:

@@ -55,11 +55,11 @@ class Policy:
         return envs_lib.make_single(self.cfg.env, render_mode)
 
     def vector_env(self, num_envs: int, render_mode: str | None = None, env_id: str | None = None):
-        """Evaluation vector envs of the run (`rlfoundry.envs.make(..., evaluation=True)`), or of another id with the
+        """Evaluation vector envs of the run (`rlfoundry.envs.build(..., evaluation=True)`), or of another id with the
         run's env settings, with the policy's statistics frozen in: what `agent.predict` takes directly
         (`rlfoundry eval`)."""
         env_cfg = self.cfg.env if env_id in (None, self.cfg.env.id) else self.cfg.env.model_copy(update={"id": env_id})
-        envs, _ = envs_lib.make(env_cfg, num_envs, evaluation=True, render_mode=render_mode)
+        envs, _ = envs_lib.build(env_cfg, num_envs, evaluation=True, render_mode=render_mode)
         if self.obs_stats is not None:
             envs_lib.set_obs_stats(envs, *self.obs_stats)
         return envs
@@ -141,7 +141,7 @@ def build(cfg: ExperimentConfig, weights: dict[str, torch.Tensor], obs_stats, st
         precision, _ = hardware.resolve_precision("auto", torch.device(device), cfg.network, hardware.detect())
     train = cfg.train.model_copy(update={"precision": precision, "compile": False})
     cfg = cfg.model_copy(update={"train": train})
-    envs, spec = envs_lib.make(cfg.env, 1, evaluation=True)  # the agent's spaces, exactly as in training
+    envs, spec = envs_lib.build(cfg.env, 1, evaluation=True)  # the agent's spaces, exactly as in training
     envs.close()
     agent = algorithm(cfg.algo.name)(cfg, spec, Runtime.of(cfg.train, device))
     weights_lib.load_weights(agent, weights, source)
