@@ -47,7 +47,7 @@ def main() -> None:
             f"network.core={core}", "env.mask_obs=[1,3]", f"network.hidden_sizes=[{args.hidden}]",
             f"network.core_hidden={args.hidden}", f"algo.batch_size={args.batch}", "algo.learning_starts=0",
             *args.overrides])
-        envs, spec = envs_lib.make(cfg.env, gamma=cfg.algo.gamma)
+        envs, spec = envs_lib.build(cfg.env, gamma=cfg.algo.gamma)
         agent = algorithm("dqn")(cfg, spec, Runtime.of(cfg.train, "cpu"))
         agent.obs = start_envs(envs, agent.replay, 1)
         collect(envs, agent.replay, agent.obs, agent.explore, args.fill)

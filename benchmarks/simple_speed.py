@@ -207,10 +207,10 @@ def train_flops(model: NextFramePredictor) -> int:
 def real_env_sps(num_envs: int, seconds: float) -> float:
     """Steps/s (each env's step counts) of the real Pong env with SimPLe's settings, random actions."""
     from rlfoundry.config.sections import EnvConfig
-    from rlfoundry.envs import make
+    from rlfoundry.envs import build
 
     atari = SimpleConfig.defaults_for(None, None, ENV_ID)["env"]["atari"]
-    envs, spec = make(EnvConfig.model_validate({"id": ENV_ID, "num_envs": num_envs, "atari": atari}), num_envs)
+    envs, spec = build(EnvConfig.model_validate({"id": ENV_ID, "num_envs": num_envs, "atari": atari}), num_envs)
     rng = np.random.default_rng(0)
     envs.reset(seed=0)
     try:
