@@ -24,6 +24,7 @@ from gymnasium.vector import VectorEnv
 from rlfoundry.algos.graphs import GraphedStep, Step
 from rlfoundry.buffers.transfer import HostToDevice
 from rlfoundry.config.base import StrictModel
+from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import MonitorRule
 
 
@@ -123,7 +124,7 @@ class Agent(ABC):
     name: ClassVar[str]  # algo.name in configs and ENV_ID:ALGO specs
     config: ClassVar[type[AlgorithmConfig]]  # the `algo` section's schema (its `name` field is Literal[name])
     memory_cores: ClassVar[bool] = False  # network.core may be a memory core (it replays stored sequences)
-    actions: ClassVar[str | None] = None  # the one action space it acts in ("Discrete" or "Box"), None: either
+    actions: ClassVar[tuple[str, ...]] = ("Discrete", "Box")  # the action spaces it acts in, by Gymnasium class
     distributed: ClassVar[bool] = False  # runs across processes (`--nproc`, torchrun): one all-reduced gradient
     compiles: ClassVar[bool] = True  # train.compile compiles something; where not, true runs eager with a warning
     compile_by_default: ClassVar[bool] = False  # train.compile=auto compiles (measured to pay off on long runs)
@@ -140,6 +141,9 @@ class Agent(ABC):
     envs_elsewhere: str | None = None
 
     def __init__(self, cfg, spec, runtime: Runtime):
+        if type(spec.action_space).__name__ not in self.actions:
+            raise ConfigError(f"algo.name = '{self.name}' acts in {' or '.join(self.actions)} action spaces; "
+                              f"{spec.id} has {spec.action_space}")
         self.cfg, self.spec, self.runtime = cfg, spec, runtime
         self.algo = cfg.algo
         self.device = runtime.device

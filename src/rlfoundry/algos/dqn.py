@@ -105,7 +105,7 @@ def dqn_loss(q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
 
 class DQN(OffPolicyAgent):
     name = "dqn"
-    actions = "Discrete"
+    actions = ("Discrete",)
     config = DQNConfig
     memory_cores = True
     graphs = True

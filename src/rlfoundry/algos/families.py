@@ -37,7 +37,7 @@ from rlfoundry.buffers.rollout import Rollout, RolloutCollector
 from rlfoundry.buffers.sequences import SequenceReplay
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.envs import EnvInfo, env_seed, frame_stack
-from rlfoundry.nets.heads import CategoricalHead
+from rlfoundry.nets.heads import CategoricalHead, MultiCategoricalHead
 from rlfoundry.nets.policy import GreedyActorCritic, MemoryNet, SharedMemory, build_actor_critic, state_norm
 from rlfoundry.world_models.latent import (
     ACTING_KEYS,
@@ -60,6 +60,7 @@ class OnPolicyAgent(Agent):
     and a rollout `collector`; each iteration collects `algo.num_steps` steps per env and hands them to `learn`."""
 
     iteration_settings = ("env.num_envs", "algo.num_steps")
+    actions = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")  # a categorical per entry for the multi ones
 
     memory_cores = True
     distributed = True
@@ -162,7 +163,7 @@ def predict_actions(policy, spec, runtime: Runtime, obs: np.ndarray, determinist
             starts = None if memory.starts is None else torch.as_tensor(memory.starts, device=runtime.device)
             out, memory.state = policy.predict(tensor, deterministic, state, starts)
             actions = out.cpu().numpy()
-    if spec.discrete:
+    if not isinstance(spec.action_space, gymnasium.spaces.Box):  # choices (Discrete, MultiDiscrete, MultiBinary)
         return actions
     return np.clip(actions, spec.action_space.low, spec.action_space.high)
 
@@ -176,6 +177,8 @@ def actor_critic_outputs(policy, runtime: Runtime, obs: torch.Tensor, before: An
     outputs: dict[str, Any] = {"value": value, "memory_norm": state_norm(after) if policy.recurrent else None}
     if isinstance(policy.pi, CategoricalHead):
         return {**outputs, "probs": head.exp().cpu().numpy()}
+    if isinstance(policy.pi, MultiCategoricalHead):  # (the inspector draws one distribution, of Discrete actions)
+        return outputs
     std = policy.pi.log_std.detach().float().exp().expand_as(head)
     return {**outputs, "mean": head.cpu().numpy(), "std": std.cpu().numpy()}
 

@@ -102,7 +102,7 @@ class PlaNetConfig(AlgorithmConfig):
 
 class PlaNet(LatentAgent):
     name = "planet"
-    actions = "Box"
+    actions = ("Box",)
     graphs = True  # the world-model update (not yet measured on a GPU: train.cuda_graphs=auto leaves it eager)
     config = PlaNetConfig
     # its model, a small plan (16 candidates, 2 iterations), 2 updates per episode

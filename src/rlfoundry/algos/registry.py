@@ -96,13 +96,11 @@ def check_actions(cfg) -> None:
     spec first, so that one impossible spec stops the set before the others train."""
     from rlfoundry.envs import make_kwargs, probe_spaces
 
-    needed = algorithm(cfg.algo.name).actions
-    if needed is None:
-        return
+    allowed = algorithm(cfg.algo.name).actions
     _, action_space = probe_spaces(cfg.env.id, make_kwargs(cfg.env), cfg.env)
-    if type(action_space).__name__ != needed:
-        raise ConfigError(f"algo.name = '{cfg.algo.name}' acts in {needed} action spaces; {cfg.env.id} has "
-                          f"{action_space}")
+    if type(action_space).__name__ not in allowed:
+        raise ConfigError(f"algo.name = '{cfg.algo.name}' acts in {' or '.join(allowed)} action spaces; "
+                          f"{cfg.env.id} has {action_space}")
 
 
 def known_monitor_keys() -> set[str]:

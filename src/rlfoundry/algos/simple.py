@@ -135,7 +135,7 @@ SMALL_WORLD_MODEL = {"hidden_size": 8, "compress_steps": 2, "filter_double_steps
 
 class Simple(Agent):
     name = "simple"
-    actions = "Discrete"
+    actions = ("Discrete",)
     config = SimpleConfig
     graphs = True  # the simulated env's step and its PPO's (not yet measured on a GPU: auto leaves them eager)
     iteration_settings = ("algo.random_steps", "algo.real_steps_per_epoch")

@@ -127,7 +127,7 @@ class MeanAction(MemoryActing):
 
 class TD3(OffPolicyAgent):
     name = "td3"
-    actions = "Box"
+    actions = ("Box",)
     config = TD3Config
     memory_cores = True
     graphs = True

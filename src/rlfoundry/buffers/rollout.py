@@ -138,10 +138,9 @@ class RolloutCollector:
             self.memory = _unflatten_memory(resume, device)
         self.low: np.ndarray | torch.Tensor | None
         self.high: np.ndarray | torch.Tensor | None
-        if spec.discrete:
+        if not isinstance(spec.action_space, spaces.Box):  # choices: Discrete, MultiDiscrete, MultiBinary
             self.low = self.high = None
         else:
-            assert isinstance(spec.action_space, spaces.Box)  # not Discrete: a Box (EnvInfo.action_space)
             self.low, self.high = spec.action_space.low, spec.action_space.high
             if self.on_device:
                 self.low, self.high = (torch.as_tensor(bound, device=device) for bound in (self.low, self.high))

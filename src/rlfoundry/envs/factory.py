@@ -214,10 +214,13 @@ def check_spaces(env_id: str, observation_space: spaces.Space, action_space: spa
             "point; supported: Box (vectors, uint8 images), and Discrete, MultiDiscrete, MultiBinary, Tuple and "
             "Dict of single envs (env.vectorization: sync or async)"
         )
-    if not isinstance(action_space, (spaces.Discrete, spaces.Box)):
-        raise ConfigError(
-            f"env.id = '{env_id}': action space {action_space} is not supported; supported: Discrete, Box"
-        )
+    if not isinstance(action_space, (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
+        raise ConfigError(f"env.id = '{env_id}': action space {action_space} is not supported; supported: Discrete, "
+                          "Box, MultiDiscrete, MultiBinary")
+    if isinstance(action_space, (spaces.MultiDiscrete, spaces.MultiBinary)) and (
+            len(action_space.shape) != 1 or np.any(getattr(action_space, "start", 0) != 0)):
+        raise ConfigError(f"env.id = '{env_id}': action space {action_space}: MultiDiscrete and MultiBinary actions "
+                          "are taken one-dimensional, each entry counting from 0")
     if isinstance(action_space, spaces.Box) and not np.all(np.isfinite(action_space.low) & np.isfinite(action_space.high)):
         raise ConfigError(f"env.id = '{env_id}': continuous actions need finite bounds, got {action_space}")
 

@@ -46,6 +46,39 @@ class CategoricalHead(nn.Module):
         return -(logp.exp() * logp).sum(-1)
 
 
+class MultiCategoricalHead(nn.Module):
+    """Logits for MultiDiscrete actions (and MultiBinary: each entry a choice of two): one categorical per entry,
+    independent given the features, so an action's log-probability and the entropy are sums over the entries. The
+    log-probabilities come as one row [N, sum(sizes)], each entry's normalised on its own."""
+
+    offsets: torch.Tensor  # where each entry's logits start in the row
+
+    def __init__(self, in_features: int, sizes: list[int], ortho_init: bool):
+        super().__init__()
+        self.sizes = [int(size) for size in sizes]
+        self.linear = nn.Linear(in_features, sum(self.sizes))
+        if ortho_init:
+            orthogonal_(self.linear, 0.01)
+        starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self.register_buffer("offsets", torch.tensor(starts, dtype=torch.long), persistent=False)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        logits = self.linear(features).float()
+        return torch.cat([chunk.log_softmax(-1) for chunk in logits.split(self.sizes, -1)], -1)  # [N, sum(sizes)]
+
+    def sample(self, logp: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        if not deterministic:  # Gumbel-max per entry, as CategoricalHead
+            logp = logp - torch.empty_like(logp).exponential_().log()
+        return torch.stack([chunk.argmax(-1) for chunk in logp.split(self.sizes, -1)], -1)  # [N, D]
+
+    def log_prob(self, logp: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return logp.gather(-1, actions.long() + self.offsets).sum(-1)
+
+    @staticmethod
+    def entropy(logp: torch.Tensor) -> torch.Tensor:
+        return -(logp.exp() * logp).sum(-1)  # the entries' entropies, summed
+
+
 class GaussianHead(nn.Module):
     """Diagonal Gaussian with a state-independent log std (PPO's usual choice for continuous control)."""
 

@@ -12,7 +12,7 @@ from torch import nn
 from rlfoundry.envs import EnvInfo
 from rlfoundry.nets.cores import CORES, Core
 from rlfoundry.nets.encoders import ENCODERS
-from rlfoundry.nets.heads import LOG_SQRT_2PI, CategoricalHead, GaussianHead, ValueHead
+from rlfoundry.nets.heads import LOG_SQRT_2PI, CategoricalHead, GaussianHead, MultiCategoricalHead, ValueHead
 
 
 class PolicyOutput(NamedTuple):
@@ -34,6 +34,15 @@ def _box(space: spaces.Space) -> spaces.Box:
     return space
 
 
+def choice_sizes(space: spaces.Space) -> list[int] | None:
+    """The number of choices of each entry of a MultiDiscrete or MultiBinary action space (1-D); None for others."""
+    if isinstance(space, spaces.MultiDiscrete):
+        return [int(n) for n in space.nvec]
+    if isinstance(space, spaces.MultiBinary):
+        return [2] * int(space.n if isinstance(space.n, int) else space.n[0])
+    return None
+
+
 class ActorCritic(nn.Module):
     """encoder → core → heads. With `shared: false` the actor and the critic each get their own
     trunk (encoder group and core); the encoder evaluates both groups in one batched pass.
@@ -52,9 +61,12 @@ class ActorCritic(nn.Module):
         self.cores = nn.ModuleList(cores)
         self.recurrent = net_cfg.core != "identity"
         width = cores[0].out_features
+        sizes = choice_sizes(spec.action_space)
+        self.pi: CategoricalHead | MultiCategoricalHead | GaussianHead
         if spec.discrete:
-            self.pi: CategoricalHead | GaussianHead = CategoricalHead(width, int(_discrete(spec.action_space).n),
-                                                                     net_cfg.ortho_init)
+            self.pi = CategoricalHead(width, int(_discrete(spec.action_space).n), net_cfg.ortho_init)
+        elif sizes is not None:
+            self.pi = MultiCategoricalHead(width, sizes, net_cfg.ortho_init)
         else:
             action_dim = int(_box(spec.action_space).shape[0])
             self.pi = GaussianHead(width, action_dim, net_cfg.ortho_init, net_cfg.log_std_init)
@@ -323,7 +335,7 @@ class GreedyActorCritic(nn.Module):
 
     def __init__(self, net: ActorCritic, spec: EnvInfo):
         super().__init__()
-        self.net, self.discrete = net, spec.discrete
+        self.net, self.discrete = net, not isinstance(spec.action_space, spaces.Box)  # choices, not a Box
         initial = net.initial_state(1)  # None: feed-forward
         self.layout = [len(state) for state in initial] if initial is not None else []  # tensors per core
         if not self.discrete:
