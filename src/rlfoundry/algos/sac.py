@@ -65,6 +65,7 @@ from rlfoundry.nets.policy import (
     SquashedMean,
     TwinQ,
     TwinQDiscrete,
+    build_critics,
     state_norm,
 )
 
@@ -192,10 +193,8 @@ class SAC(OffPolicyAgent):
                               f"network.core = '{cfg.network.core}' allowed: 0")
         super().__init__(cfg, spec, runtime)
         device = self.device
-        if cfg.network.core != "identity":  # a memory of their own (Ni et al. 2022), or the actor's too (shared)
-            self.critic: TwinQ | TwinQDiscrete | RecurrentCritic = RecurrentCritic(spec, cfg.network).to(device)
-        else:
-            self.critic = (TwinQDiscrete if spec.discrete else TwinQ)(spec, cfg.network).to(device)
+        # a memory of their own (Ni et al. 2022), or the actor's too (shared); an image encoder they share
+        self.critic: TwinQ | TwinQDiscrete | RecurrentCritic = build_critics(spec, cfg.network).to(device)
         actor, acting_net = memory_actor(build_actor, spec, cfg.network, self.critic, algo.shared_memory)
         self.actor = cast(CategoricalActor | SquashedGaussianActor, actor.to(device))
         self.acting_net = acting_net.to(device)

@@ -46,7 +46,7 @@ from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.monitors import Q_DIVERGENCE, VALUE_BLOWUP
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.nets.flat import flatten_parameters
-from rlfoundry.nets.policy import MemoryActing, MemoryNet, RecurrentCritic, TwinQ, state_norm
+from rlfoundry.nets.policy import MemoryActing, MemoryNet, RecurrentCritic, TwinQ, build_critics, state_norm
 
 
 class TD3Config(OffPolicyConfig):
@@ -141,10 +141,8 @@ class TD3(OffPolicyAgent):
         super().__init__(cfg, spec, runtime)
         algo, device = self.algo, self.device
         critics = 2 if algo.twin_critics else 1
-        if cfg.network.core != "identity":  # a memory of their own (Ni et al. 2022), or the actor's too (shared)
-            self.critic: TwinQ | RecurrentCritic = RecurrentCritic(spec, cfg.network, critics).to(device)
-        else:
-            self.critic = TwinQ(spec, cfg.network, critics).to(device)
+        # a memory of their own (Ni et al. 2022), or the actor's too (shared); an image encoder they share
+        self.critic = cast(TwinQ | RecurrentCritic, build_critics(spec, cfg.network, critics).to(device))
         actor, acting_net = memory_actor(DeterministicActor, spec, cfg.network, self.critic, algo.shared_memory)
         self.actor, self.acting_net = cast(DeterministicActor, actor.to(device)), acting_net.to(device)
         self.actor_target = copy.deepcopy(self.actor)

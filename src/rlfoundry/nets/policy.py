@@ -278,9 +278,10 @@ class TwinQDiscrete(nn.Module):
 
 
 class RecurrentCritic(MemoryNet):
-    """The critics of SAC and TD3 with a memory core, after Ni et al. 2022 ("Recurrent Model-Free RL Can Be a Strong
-    Baseline for Many POMDPs", arXiv:2110.05038): one memory of their own over the observations (encoder → core),
-    then `critics` stacked MLP heads: Q(h, a) [C, N] over [features, action] for Box actions, Q(h, ·) [C, N, A] for
+    """The critics of SAC and TD3 over an encoder's features: with a memory core, after Ni et al. 2022 ("Recurrent
+    Model-Free RL Can Be a Strong Baseline for Many POMDPs", arXiv:2110.05038), one memory of their own over the
+    observations (encoder → core); feed-forward, an image encoder the critics share (as SAC-AE and DrQ do). Then
+    `critics` stacked MLP heads: Q(h, a) [C, N] over [features, action] for Box actions, Q(h, ·) [C, N, A] for
     Discrete ones."""
 
     def __init__(self, spec: EnvInfo, net_cfg, critics: int = 2):
@@ -290,6 +291,10 @@ class RecurrentCritic(MemoryNet):
         outputs = int(_discrete(spec.action_space).n) if spec.discrete else 1
         self.heads = ENCODERS["mlp"]((self.width + actions,), net_cfg, critics)
         self.weight, self.bias = twin_linear(self.heads.out_features, outputs, critics)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        """A feed-forward network's values at observations: `q` of their features."""
+        return self.q(self.features(obs)[0], actions)
 
     def q(self, features: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
         """The critics' values at `features` [N, H]: of `actions` [N, A] (Box), or of every action (Discrete)."""
@@ -413,3 +418,13 @@ def state_norm(state) -> float:
 
     walk(state)
     return float(torch.stack(tensors).sum().sqrt()) if tensors else float("nan")
+
+
+def build_critics(spec: EnvInfo, net_cfg, critics: int = 2) -> TwinQ | TwinQDiscrete | RecurrentCritic:
+    """The critics of SAC, TD3 and DDPG: over a memory core's features, or over an image encoder's for Box actions
+    (`RecurrentCritic`, one encoder the critics share: an MLP over [pixels, action] would take every pixel as an
+    input); else stacked MLPs over [observation, action] (`TwinQ`) or, for Discrete actions, an encoder per critic
+    (`TwinQDiscrete`, two critics)."""
+    if net_cfg.core != "identity" or (not spec.discrete and net_cfg.encoder != "mlp"):
+        return RecurrentCritic(spec, net_cfg, critics)
+    return TwinQDiscrete(spec, net_cfg) if spec.discrete else TwinQ(spec, net_cfg, critics)
