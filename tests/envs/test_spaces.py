@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import build, make_kwargs, make_single, probe_spaces
-from rlfoundry.envs.spaces import FlatObservation, flattened
+from rlfoundry.envs.spaces import FlatObservation, PackedBox, PackedObservation, flattened
 
 
 class Fixed(gym.Env):
@@ -56,7 +56,7 @@ def test_each_space_becomes_a_float32_vector(space, obs, expected):
 
 @pytest.mark.parametrize(("space", "message"), [
     (spaces.Dict({"mission": spaces.Text(20), "x": spaces.Discrete(2)}), "its entry ['mission'] is a Text"),
-    (spaces.Tuple((spaces.Discrete(2), spaces.Box(0, 255, (3, 8, 8), np.uint8))), "its entry [1] is an image"),
+    (spaces.Tuple((spaces.Discrete(2), spaces.Sequence(spaces.Discrete(3)))), "its entry [1] is a Sequence"),
 ])
 def test_entries_without_a_vector_form_are_refused_by_name(space, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -99,3 +99,61 @@ def test_user_wrappers_see_the_envs_own_observations():
         assert obs[-1] == 1.0 and obs[:16].sum() == 1.0
     finally:
         env.close()
+
+
+# ---------------------------------------------------------------- images inside a Dict or Tuple: packed
+
+
+def test_a_dict_with_an_image_is_packed_into_bytes_with_its_parts():
+    space = spaces.Dict({"view": spaces.Box(0, 255, (8, 10, 3), np.uint8), "heading": spaces.Discrete(4)})
+    env = flattened(lambda: Fixed(space), "my/Env-v0")
+    assert isinstance(env, PackedObservation) and isinstance(env.observation_space, PackedBox)
+    heading, view = env.observation_space.parts  # the Dict's key order: heading, view
+    assert (heading.kind, heading.shape, heading.offset) == ("vector", (4,), 0)
+    assert (view.kind, view.shape, view.offset) == ("image", (3, 8, 10), 4)  # channel-first
+    obs = env.observation(env.unwrapped.obs)
+    assert obs.dtype == np.uint8 and obs.shape == (4 + 240,)  # everything fits a byte: frames stay a byte each
+    np.testing.assert_array_equal(obs[:4], np.eye(4, dtype=np.uint8)[env.unwrapped.obs["heading"]])
+    np.testing.assert_array_equal(obs[4:].reshape(3, 8, 10), env.unwrapped.obs["view"].transpose(2, 0, 1))
+    assert env.observation_space.contains(obs)
+
+
+def test_a_float_entry_makes_the_packed_vector_float32():
+    space = spaces.Tuple((spaces.Box(0, 255, (3, 6, 6), np.uint8), spaces.Box(-1, 1, (2,), np.float32)))
+    env = flattened(lambda: Fixed(space), "my/Env-v0")
+    image, joints = env.observation_space.parts
+    assert env.observation_space.dtype == np.float32 and (image.kind, joints.kind) == ("image", "vector")
+    obs = env.observation(env.unwrapped.obs)
+    np.testing.assert_array_equal(obs[:108].reshape(3, 6, 6), env.unwrapped.obs[0])
+    np.testing.assert_array_equal(obs[108:], env.unwrapped.obs[1])
+
+
+def test_the_packed_encoder_reads_each_part():
+    import torch
+
+    from rlfoundry.config.sections import NetworkConfig
+    from rlfoundry.nets.cnn import CNN_ENCODERS
+    from rlfoundry.nets.encoders import PackedEncoder, encoder_for
+
+    space = spaces.Dict({"a": spaces.Discrete(3), "grid": spaces.Box(0, 255, (3, 7, 7), np.uint8)})
+    packed = flattened(lambda: Fixed(space), "my/Env-v0").observation_space
+    net_cfg = NetworkConfig(encoder="impala_cnn", hidden_sizes=[16])
+    torch.manual_seed(0)
+    encoder = encoder_for(packed, net_cfg, groups=2)
+    assert isinstance(encoder, PackedEncoder) and encoder.out_features == 16
+    obs = torch.randint(0, 2, (5, packed.shape[0]), dtype=torch.uint8)
+    out = encoder(obs)
+    assert out.shape == (2, 5, 16)
+    # by hand: the image through the same CNN, the one-hot as it is, then the mixing layer
+    cnn = encoder.images[0]
+    assert isinstance(cnn, CNN_ENCODERS["impala_cnn"])
+    image = cnn(obs[:, 3:].reshape(5, 3, 7, 7))
+    inputs = torch.cat([image, obs[:, :3].float().expand(2, 5, 3)], -1)
+    torch.testing.assert_close(out, torch.relu(torch.baddbmm(encoder.bias, inputs, encoder.weight)))
+
+
+@pytest.mark.parametrize(("option", "value"), [("normalize_obs", True), ("mask_obs", [0])])
+def test_options_that_would_mix_the_parts_are_refused(option, value):
+    cfg = EnvConfig(id="MiniGrid-Empty-5x5-v0", minigrid={"direction": True}, **{option: value})
+    with pytest.raises(ConfigError, match=f"env.{option} = .*images inside a Dict or Tuple"):
+        probe_spaces(cfg.id, make_kwargs(cfg), cfg)

@@ -104,7 +104,7 @@ class DeterministicActor(MemoryNet):
     offset: torch.Tensor
 
     def __init__(self, spec, net_cfg):
-        super().__init__(spec.obs_shape, net_cfg)
+        super().__init__(spec.observation_space, net_cfg)
         self.out = nn.Linear(self.width, int(spec.action_space.shape[0]))
         low, high = torch.as_tensor(spec.action_space.low), torch.as_tensor(spec.action_space.high)
         self.register_buffer("scale", (high - low) / 2)

@@ -31,6 +31,11 @@ class MiniGridConfig(StrictModel):
         "uint8 RGB pixels [3, H, W].",
     )
     tile_size: PositiveInt = Field(8, description="Pixels per grid cell of the rgb views (8: a 56x56 partial view).")
+    direction: bool = Field(
+        False, description="Observe the agent's direction too, which the partial views show only implicitly: a "
+        "Dict {direction, image} that the networks read as the view through the image encoder beside the one-hot "
+        "direction (rlfoundry.envs.spaces).",
+    )
 
 
 def _frame_size(value: Any) -> int | tuple[int, int]:

@@ -227,6 +227,11 @@ def check_spaces(env_id: str, observation_space: spaces.Space, action_space: spa
 
 def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
     """Config options that depend on the env's observation space (checked by the probe and by `make`)."""
+    if getattr(observation_space, "parts", None) is not None and (env_cfg.normalize_obs or env_cfg.mask_obs):
+        option = "normalize_obs" if env_cfg.normalize_obs else "mask_obs"
+        raise ConfigError(f"env.{option} = {getattr(env_cfg, option)}: {env_cfg.id} observes images inside a Dict or "
+                          "Tuple, packed into one vector whose parts the network reads apart; allowed: false (drop "
+                          "entries with env.wrappers instead)")
     if env_cfg.normalize_obs and is_image_space(observation_space):
         raise ConfigError(
             f"env.normalize_obs = {str(env_cfg.normalize_obs).lower()}: {env_cfg.id} observes uint8 images "

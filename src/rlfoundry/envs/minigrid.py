@@ -1,5 +1,7 @@
 """MiniGrid (and BabyAI) ids: their Dict observation becomes one channel-first uint8 image, the view `env.minigrid.view`
-picks (`MiniGridImage`): the symbolic 7×7 egocentric view (the default), the whole grid, or either one rendered.
+picks (`MiniGridImage`): the symbolic 7×7 egocentric view (the default), the whole grid, or either one rendered;
+with `env.minigrid.direction`, a Dict of that view and the agent's direction (one-hot beside the view, for the
+networks: `rlfoundry.envs.spaces`).
 Axis 1 is the grid's row and axis 2 its column in every view (MiniGrid's own encoding is [x, y, channel]), and
 the symbolic spaces bound each channel by its largest index, which the `minigrid` encoder sizes its embeddings
 from. MiniGrid sets `truncated` on a goal reached at the last allowed step; here that step is a termination only.
@@ -35,12 +37,12 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     wrapped in them has no `spec` (Gymnasium's `check_env` and `gym.make(env.spec)` need one).
     """
 
-    def __init__(self, env: gym.Env, view: str = "partial", tile_size: int = 8):
+    def __init__(self, env: gym.Env, view: str = "partial", tile_size: int = 8, direction: bool = False):
         if view not in VIEWS:
             raise ValueError(f"view = {view!r}: allowed: {', '.join(VIEWS)}")
-        gym.utils.RecordConstructorArgs.__init__(self, view=view, tile_size=tile_size)
+        gym.utils.RecordConstructorArgs.__init__(self, view=view, tile_size=tile_size, direction=direction)
         gym.ObservationWrapper.__init__(self, env)
-        self.view, self.tile_size = view, tile_size
+        self.view, self.tile_size, self.direction = view, tile_size, direction
         base = cast("MiniGridEnv", env.unwrapped)  # Env.unwrapped is typed Env; this wrapper wraps MiniGrid envs
         if view in ("partial", "full"):  # [x, y, c] → [c, y, x]
             width, height = (base.agent_view_size,) * 2 if view == "partial" else (base.width, base.height)
@@ -50,9 +52,16 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
             cells = (base.agent_view_size,) * 2 if view == "rgb_partial" else (base.height, base.width)
             shape = (3, cells[0] * tile_size, cells[1] * tile_size)
             high = np.full(shape, 255, dtype=np.uint8)
-        self.observation_space = spaces.Box(np.zeros(shape, dtype=np.uint8), high.copy(), dtype=np.uint8)
+        image = spaces.Box(np.zeros(shape, dtype=np.uint8), high.copy(), dtype=np.uint8)
+        self.observation_space = spaces.Dict({"direction": spaces.Discrete(4), "image": image}) if direction else image
 
-    def observation(self, observation: dict) -> np.ndarray:
+    def observation(self, observation: dict) -> np.ndarray | dict:
+        image = self._view(observation)
+        if self.direction:
+            return {"direction": int(cast("MiniGridEnv", self.env.unwrapped).agent_dir), "image": image}
+        return image
+
+    def _view(self, observation: dict) -> np.ndarray:
         base = cast("MiniGridEnv", self.env.unwrapped)
         if self.view == "partial":
             return observation["image"].transpose(2, 1, 0)  # a view; the vector env copies it into its batch
@@ -69,6 +78,6 @@ class MiniGridImage(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         return obs, reward, terminated, truncated and not terminated, info
 
 
-def make_env(env_id: str, kwargs: dict, view: str = "partial", tile_size: int = 8) -> gym.Env:
+def make_env(env_id: str, kwargs: dict, view: str = "partial", tile_size: int = 8, direction: bool = False) -> gym.Env:
     """One MiniGrid env with the chosen view (what each sub-env of the vector env runs)."""
-    return MiniGridImage(gym.make(env_id, **kwargs), view, tile_size)
+    return MiniGridImage(gym.make(env_id, **kwargs), view, tile_size, direction)

@@ -392,20 +392,21 @@ def follow_images(cfg: ExperimentConfig, observation_space, action_space, chosen
     the MLP of its vector form: the image encoder (`default_network`) and the algorithm's replay size for images
     take their place, where the user set neither. An MLP the user named on images is bad input: it would take every
     pixel as an input (a 12,288 × 64 first layer on 64 × 64 frames)."""
-    from rlfoundry.envs import is_image_space
+    from rlfoundry.envs.spaces import first_image
 
-    if cfg.network.encoder != "mlp" or not is_image_space(observation_space):
+    image = first_image(observation_space)
+    if cfg.network.encoder != "mlp" or image is None:
         return cfg
     network_chosen = _section(chosen, "network")
     if "encoder" in network_chosen:
         raise ConfigError(
-            f"network.encoder = mlp: {cfg.env.id} observes uint8 images {list(observation_space.shape)} with these "
-            f"env options, and an MLP would take its {math.prod(observation_space.shape):,} pixels as inputs; set "
+            f"network.encoder = mlp: {cfg.env.id} observes uint8 images {list(image.shape)} with these "
+            f"env options, and an MLP would take its {math.prod(image.shape):,} pixels as inputs; set "
             "network.encoder=nature_cnn or impala_cnn, or leave it out for the image defaults")
-    network = {key: value for key, value in default_network(cfg.env.id, observation_space).items()
+    network = {key: value for key, value in default_network(cfg.env.id, image).items()
                if key not in network_chosen}
     update: dict[str, Any] = {"network": cfg.network.model_copy(update=network)}
-    images = ALGO_CONFIGS[cfg.algo.name].defaults_for(observation_space, action_space, cfg.env.id).get("algo", {})
+    images = ALGO_CONFIGS[cfg.algo.name].defaults_for(image, action_space, cfg.env.id).get("algo", {})
     capacity = images.get("buffer_size")
     current = getattr(cfg.algo, "buffer_size", None)  # the off-policy algorithms' replay
     if capacity is not None and current is not None and "buffer_size" not in _section(chosen, "algo") \
@@ -416,10 +417,10 @@ def follow_images(cfg: ExperimentConfig, observation_space, action_space, chosen
 
 def check_encoder(cfg: ExperimentConfig, observation_space) -> None:
     """An image encoder needs image observations (a preset's CNN with `env.atari.obs_type: ram`, say)."""
-    from rlfoundry.envs import is_image_space
+    from rlfoundry.envs.spaces import has_images
 
     encoder = cfg.network.encoder
-    if encoder in ("nature_cnn", "impala_cnn", "minigrid") and not is_image_space(observation_space):
+    if encoder in ("nature_cnn", "impala_cnn", "minigrid") and not has_images(observation_space):
         raise ConfigError(
             f"network.encoder = {encoder}: it takes uint8 images [C, H, W], and {cfg.env.id} observes "
             f"{observation_space} with these env options; set network.encoder=mlp")

@@ -127,3 +127,51 @@ class MLPEncoder(Encoder):
 
 
 ENCODERS: dict[str, type[Encoder]] = {"mlp": MLPEncoder, **CNN_ENCODERS}
+
+
+class PackedEncoder(Encoder):
+    """Observations packed from a Tuple or Dict with images (`rlfoundry.envs.spaces.PackedBox`): each image through the
+    configured image encoder, the other entries as they are (uint8 values scaled to [0, 1] as frames are),
+    concatenated and mixed by one linear layer and ReLU per group, as wide as the last of `hidden_sizes`.
+    Stable-Baselines3's CombinedExtractor, with the mixing layer as the first layer of what follows it."""
+
+    def __init__(self, parts, net_cfg, groups: int):
+        super().__init__()
+        if net_cfg.encoder not in CNN_ENCODERS:
+            raise ValueError(f"network.encoder = {net_cfg.encoder}: observations with images in them need an image "
+                             f"encoder ({', '.join(CNN_ENCODERS)})")
+        self.image_parts = [part for part in parts if part.kind == "image"]
+        self.vector_parts = [part for part in parts if part.kind != "image"]
+        images = [CNN_ENCODERS[net_cfg.encoder](part.shape, net_cfg, groups) for part in self.image_parts]
+        self.images = nn.ModuleList(images)
+        width = sum(encoder.out_features for encoder in images) + sum(part.size for part in self.vector_parts)
+        self.out_features = net_cfg.hidden_sizes[-1] if net_cfg.hidden_sizes else width
+        self.weight = nn.Parameter(torch.empty(groups, width, self.out_features))
+        self.bias = nn.Parameter(torch.zeros(groups, 1, self.out_features))
+        for g in range(groups):
+            if net_cfg.ortho_init:
+                nn.init.orthogonal_(self.weight.data[g], math.sqrt(2))
+            else:  # nn.Linear's default
+                nn.init.uniform_(self.weight.data[g], -1 / math.sqrt(width), 1 / math.sqrt(width))
+        self.groups = groups
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        n = obs.shape[0]
+        features = []
+        for encoder, part in zip(self.images, self.image_parts):
+            image = obs[:, part.offset:part.offset + part.size].reshape(n, *part.shape)
+            features.append(encoder(image if image.dtype == torch.uint8 else image / 255.0))  # [G, N, H]
+        for part in self.vector_parts:
+            values = obs[:, part.offset:part.offset + part.size].float()
+            features.append((values / 255.0 if part.kind == "bytes" else values).expand(self.groups, n, part.size))
+        mixed = torch.baddbmm(self.bias, torch.cat([f.float() for f in features], -1), self.weight)
+        return torch.relu(mixed)
+
+
+def encoder_for(observation_space, net_cfg, groups: int) -> Encoder:
+    """The encoder `net_cfg.encoder` names for observations of `observation_space`; a packed observation's
+    (`PackedEncoder`) when it lists parts."""
+    parts = getattr(observation_space, "parts", None)
+    if parts is not None:
+        return PackedEncoder(parts, net_cfg, groups)
+    return ENCODERS[net_cfg.encoder](tuple(observation_space.shape), net_cfg, groups)

@@ -11,7 +11,7 @@ from torch import nn
 
 from rlfoundry.envs import EnvInfo
 from rlfoundry.nets.cores import CORES, Core
-from rlfoundry.nets.encoders import ENCODERS
+from rlfoundry.nets.encoders import ENCODERS, encoder_for
 from rlfoundry.nets.heads import LOG_SQRT_2PI, CategoricalHead, GaussianHead, MultiCategoricalHead, ValueHead
 
 
@@ -56,7 +56,7 @@ class ActorCritic(nn.Module):
     def __init__(self, spec: EnvInfo, net_cfg):
         super().__init__()
         groups = 1 if net_cfg.shared else 2
-        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, groups)
+        self.encoder = encoder_for(spec.observation_space, net_cfg, groups)
         cores = [CORES[net_cfg.core](self.encoder.out_features, net_cfg) for _ in range(groups)]
         self.cores = nn.ModuleList(cores)
         self.recurrent = net_cfg.core != "identity"
@@ -139,9 +139,9 @@ class MemoryNet(nn.Module):
     has one (`recurrent`). A subclass builds its heads on `width` and names them as it likes; the identity core
     holds no weights, so a feed-forward network's state dict is the encoder's and the heads'."""
 
-    def __init__(self, obs_shape: tuple[int, ...], net_cfg):
+    def __init__(self, observation_space, net_cfg):
         super().__init__()
-        self.encoder = ENCODERS[net_cfg.encoder](obs_shape, net_cfg, 1)
+        self.encoder = encoder_for(observation_space, net_cfg, 1)
         self.core = CORES[net_cfg.core](self.encoder.out_features, net_cfg)
         self.recurrent = net_cfg.core != "identity"
         self.width = self.core.out_features
@@ -169,7 +169,7 @@ class QNetwork(MemoryNet):
     networks `unroll` sequences from a stored state (R2D2)."""
 
     def __init__(self, spec: EnvInfo, net_cfg, dueling: bool):
-        super().__init__(spec.obs_shape, net_cfg)
+        super().__init__(spec.observation_space, net_cfg)
         num_actions = int(_discrete(spec.action_space).n)
         self.advantage = nn.Linear(self.width, num_actions)
         self.value = nn.Linear(self.width, 1) if dueling else None
@@ -202,7 +202,7 @@ class SquashedGaussianActor(MemoryNet):
     offset: torch.Tensor
 
     def __init__(self, spec: EnvInfo, net_cfg):
-        super().__init__(spec.obs_shape, net_cfg)
+        super().__init__(spec.observation_space, net_cfg)
         action_space = _box(spec.action_space)
         action_dim = int(action_space.shape[0])
         self.mean = nn.Linear(self.width, action_dim)
@@ -253,7 +253,7 @@ class CategoricalActor(MemoryNet):
     2019, arXiv:1910.07207), whose losses take the expectation over all actions."""
 
     def __init__(self, spec: EnvInfo, net_cfg):
-        super().__init__(spec.obs_shape, net_cfg)
+        super().__init__(spec.observation_space, net_cfg)
         self.pi = CategoricalHead(self.width, int(_discrete(spec.action_space).n), net_cfg.ortho_init)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -270,7 +270,7 @@ class TwinQDiscrete(nn.Module):
 
     def __init__(self, spec: EnvInfo, net_cfg):
         super().__init__()
-        self.encoder = ENCODERS[net_cfg.encoder](spec.obs_shape, net_cfg, 2)
+        self.encoder = encoder_for(spec.observation_space, net_cfg, 2)
         self.weight, self.bias = twin_linear(self.encoder.out_features, int(_discrete(spec.action_space).n))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -285,7 +285,7 @@ class RecurrentCritic(MemoryNet):
     Discrete ones."""
 
     def __init__(self, spec: EnvInfo, net_cfg, critics: int = 2):
-        super().__init__(spec.obs_shape, net_cfg)
+        super().__init__(spec.observation_space, net_cfg)
         self.discrete = spec.discrete
         actions = 0 if spec.discrete else int(_box(spec.action_space).shape[0])
         outputs = int(_discrete(spec.action_space).n) if spec.discrete else 1

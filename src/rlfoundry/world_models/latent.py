@@ -182,6 +182,10 @@ def env_defaults(observation_space, env_id: str) -> dict:
 def check_observations(spec, cnn: str, algo: str, name: str) -> None:
     """ConfigError unless the env's observations go through the model: vectors (a 1-D Box) or uint8 images the `cnn`
     networks take. `algo` and `name` (e.g. 'dreamer', 'DreamerV3') name the agent in the message."""
+    if getattr(spec.observation_space, "parts", None) is not None:  # a Dict or Tuple with images, packed
+        raise ConfigError(f"algo.name = '{algo}': {spec.id} observes images inside a Dict or Tuple; {name}'s model "
+                          "encodes and decodes one image or one vector: keep one of them with env.wrappers "
+                          "(FilterObservation)")
     problem = None if len(spec.obs_shape) == 1 else vision.check_image(spec.obs_shape, cnn)
     if problem is not None or (len(spec.obs_shape) == 3 and spec.obs_dtype != np.uint8):
         from rlfoundry.envs import size_option
