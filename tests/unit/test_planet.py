@@ -37,7 +37,7 @@ def test_planet_plans_box_actions_from_vectors_or_64_pixel_images():
     cfg = load_config("rlfoundry/Reach-v0:planet")
     envs, cartpole = envs_lib.build(cfg.env.model_copy(update={"id": "CartPole-v1"}))
     envs.close()
-    with pytest.raises(ConfigError, match="plans 1-D Box actions"):
+    with pytest.raises(ConfigError, match="planet. acts in Box action spaces; CartPole-v1 has Discrete"):
         PlaNet(cfg, cartpole, Runtime.of(cfg.train))
     envs, small = envs_lib.build(cfg.env.model_copy(update={"id": "Pendulum-v1", "pixels": PixelsConfig(
         enabled=True, img_size=48)}))
