@@ -5,7 +5,8 @@ preset files' comments (AMD EPYC Zen 5, 2 cores).
 FrozenLake-v1 (slippery): DQN reaches Gymnasium's threshold, 0.70 over 500 episodes (the optimum is 0.744), by 10k,
 20k or 40k steps for seeds 2, 4 and 3; the test gives 60k, stopping once reached (10-40 s a seed).
 Taxi-v4: DQN delivers from 30k-50k steps and is optimal soon after (7.9, Gymnasium's threshold 8 being above the
-optimal average 7.93); the test asks a positive return (random play: -200 every episode) within 80k steps (30-60 s).
+optimal average 7.93 over the start states, which no policy reaches but by luck); the test asks 7.5, within half a
+point of the optimum (random play: -200 every episode), within 80k steps (30-60 s).
 Blackjack-v1: PPO beats always sticking (-0.18) by a margin, -0.12 over 2,000 hands, within 60k steps (a few
 seconds).
 """
@@ -24,10 +25,10 @@ def test_dqn_solves_frozenlake(tmp_path, quiet, seed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [2, 3])
-def test_dqn_learns_to_deliver_in_taxi(tmp_path, quiet, seed):
+def test_dqn_learns_taxi_to_near_its_optimum(tmp_path, quiet, seed):
     _, summary = rlfoundry.train("Taxi-v4:dqn", [*quiet, f"train.seed={seed}", "train.total_timesteps=80000",
-                                                 "solved.return=0"], tmp_path / "run")
-    assert summary["best_eval_return"] > 0, summary
+                                                 "solved.return=7.5"], tmp_path / "run")
+    assert summary["best_eval_return"] >= 7.5, summary
 
 
 @pytest.mark.parametrize("seed", [1, 2])
