@@ -165,6 +165,7 @@ SINGLE_ENVS = {
     "ViZDoom": ("vizdoom", EnvConfig(id="VizdoomBasic-v1", vizdoom={"img_size": 42})),
     "Brax": ("brax", EnvConfig(id="brax/fast-v0")),
     "POPGym": ("popgym", EnvConfig(id="popgym-BattleshipEasy-v0")),
+    "Gymnasium-Robotics": ("gymnasium_robotics", EnvConfig(id="PointMaze_UMaze-v3")),  # a Dict, flattened
 }
 
 

@@ -22,6 +22,9 @@ CAPTURABLE = [
     # noise drawn from the env's RNG
     ("popgym-AutoencodeEasy-v0", "sync", {}),
     ("popgym-NoisyPositionOnlyCartPoleEasy-v0", "sync", {}),
+    # Gymnasium-Robotics' mazes: the goal in the maze env, the MuJoCo state in the point or ant env it holds
+    ("PointMaze_UMaze-v3", "sync", {}),
+    ("AntMaze_UMaze-v5", "sync", {"max_episode_steps": 100}),
 ]
 
 

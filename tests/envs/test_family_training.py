@@ -25,6 +25,8 @@ CASES = {
     "brax/fast-v0": (["eval.num_envs=2"], "vector_entry_point"),
     # MultiDiscrete actions flattened to one Discrete(64), a one-hot observation with the previous action
     "popgym-BattleshipEasy-v0": ([], None),
+    # a Dict observation (the ant's state, where it is, where to go) flattened to one vector
+    "AntMaze_UMaze-v5": (["env.max_episode_steps=20"], None),
 }
 
 

@@ -337,10 +337,8 @@ ERRORS = {
     "unknown variant": ("CartPole-v1:nope", [], ["nope", "CartPole-v1", "available: ppo"]),
     "unknown algorithm": ("Acrobot-v1:trpo", [], ["trpo", "Acrobot-v1", "no preset", "available: a2c"]),
     "unknown algo.name": ("CartPole-v1:ppo", ["algo.name=trpo"], ["algo.name", "trpo", "available: a2c"]),
-    "unsupported observation space": ("CartPole-v1:ppo", ["env.kwargs={render_mode: rgb_array}",
-                                                          "env.wrappers=[{id: AddRenderObservation, kwargs: "
-                                                          "{render_only: false}}]"],
-                                      ["CartPole-v1", "entry ['pixels'] is an image", "FilterObservation"]),
+    "unsupported observation space": ("CartPole-v1:ppo", ["env.wrappers=[{id: 'tests.unit.test_config:Mission'}]"],
+                                      ["CartPole-v1", "entry ['mission'] is a Text", "FilterObservation"]),
     "bad override syntax": ("CartPole-v1:ppo", ["algo.lr"], ["algo.lr", "section.key=value"]),
     "empty override key part": ("CartPole-v1:ppo", ["algo..lr=3"], ["algo..lr=3", "section.key=value"]),
     "unparsable override value": ("CartPole-v1:ppo", ["algo.lr=[1"], ["algo.lr=[1", "cannot parse"]),
@@ -511,6 +509,17 @@ def test_the_mlp_scales_bytes_as_the_cnns_scale_frames():
     encoder = MLPEncoder((3,), NetworkConfig(hidden_sizes=[4]), groups=1)
     raw = torch.tensor([[0, 128, 255]], dtype=torch.uint8)
     torch.testing.assert_close(encoder(raw), encoder(raw.float() / 255))
+
+
+class Mission(gym.ObservationWrapper):
+    """The env's observation beside a text mission: a space with no fixed-size vector form (MiniGrid's mission)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.observation_space = gym.spaces.Dict({"obs": env.observation_space, "mission": gym.spaces.Text(12)})
+
+    def observation(self, observation):
+        return {"obs": observation, "mission": "go"}
 
 
 # ---------------------------------------------------------------- encoders follow the observations

@@ -22,7 +22,7 @@ from rlfoundry.envs.toys import TOYS
 
 
 def _optional(name: str) -> Family:
-    """The `rlfoundry.envs.FAMILIES` entry of an optional family, by name."""
+    """The (first) `rlfoundry.envs.FAMILIES` entry of an optional family, by name."""
     return next(family for family in FAMILIES if family.name == name)
 
 
@@ -46,13 +46,15 @@ class FamilyPage:
     title: str
     keys: tuple[str, ...]
     match: Callable[[str], bool] | None = None  # the ids of a family that is not optional
-    family: Family | None = None  # its entry of `rlfoundry.envs.FAMILIES`, for the optional families
+    family: Family | None = None  # its (first) entry of `rlfoundry.envs.FAMILIES`, for the optional families
     kwargs_ids: tuple[str, ...] = ()
 
     def owns(self, env_id: str) -> bool:
-        """Whether the page covers `env_id`: an optional family's ids by `family_of`, the others' by `match`."""
+        """Whether the page covers `env_id`: an optional family's ids by `family_of` (every entry of the family's
+        name: one per prefix), the others' by `match`."""
         if self.family is not None:
-            return family_of(env_id) is self.family
+            found = family_of(env_id)
+            return found is not None and found.name == self.family.name
         return self.match is not None and self.match(env_id)
 
 
@@ -72,6 +74,8 @@ PAGES: tuple[FamilyPage, ...] = (
                family=_optional("Retro")),
     FamilyPage("brax", "Brax", ("env.kwargs", "env.max_episode_steps", "env.vectorization"), family=_optional("Brax")),
     FamilyPage("popgym", "POPGym", ("env.kwargs", "env.max_episode_steps"), family=_optional("POPGym")),
+    FamilyPage("robotics", "Gymnasium-Robotics", ("env.kwargs", "env.max_episode_steps"),
+               family=_optional("Gymnasium-Robotics")),
     FamilyPage("toys", "rlfoundry's own envs", ("env.kwargs",), _own, kwargs_ids=(*TOYS, *BANDITS)),
 )
 

@@ -93,6 +93,8 @@ FAMILIES = (
     Family("Retro", "retro/", "rlfoundry.envs.retro", "retro"),
     Family("Brax", "brax/", "rlfoundry.envs.brax", "brax"),
     Family("POPGym", "popgym-", "rlfoundry.envs.popgym", "popgym"),
+    Family("Gymnasium-Robotics", "PointMaze_", "rlfoundry.envs.robotics", "robotics"),
+    Family("Gymnasium-Robotics", "AntMaze_", "rlfoundry.envs.robotics", "robotics"),
 )
 
 

@@ -22,14 +22,12 @@ conversion has no rule for are refused as ConfigErrors. docs/environments/popgym
 
 from __future__ import annotations
 
-import difflib
-
 import gymnasium as gym
 import numpy as np
 import popgym  # noqa: F401  (registers the popgym-* ids)
 from gymnasium import spaces
 
-from rlfoundry.config.errors import ConfigError
+from rlfoundry.config.errors import ConfigError, unknown_id
 
 PREFIX = "popgym-"
 
@@ -116,10 +114,7 @@ def check_id(env_id: str) -> None:
     if env_id.startswith(f"{PREFIX}Labyrinth"):
         raise ConfigError(f"env.id = '{env_id}': popgym registers its Labyrinth ids only when mazelib is installed "
                           "(pip install mazelib; popgym's `navigation` extra)")
-    known = sorted(name for name in gym.registry if name.startswith(PREFIX))
-    near = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
-    hint = f"did you mean {', '.join(near)}?" if near else f"allowed: {', '.join(known[:6])}, ... ({len(known)} ids)"
-    raise ConfigError(f"env.id = '{env_id}': not a POPGym id; {hint}")
+    raise unknown_id(env_id, sorted(name for name in gym.registry if name.startswith(PREFIX)), "a POPGym id")
 
 
 def make_env(env_id: str, kwargs: dict, env_cfg) -> gym.Env:

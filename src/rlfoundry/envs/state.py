@@ -2,7 +2,8 @@
 
 A vector env's state is what its chain of wrappers and envs holds in plain attributes (arrays, numbers, RNGs,
 running statistics, deques, enum members, dicts with string keys of such values), plus simulators captured whole:
-MuJoCo's `MjData` through `mj_getState`, ALE's emulator through `cloneState(include_rng=True)`, a DeepMind Control
+MuJoCo's `MjData` through `mj_getState` (also of a MuJoCo env another env holds, as Gymnasium-Robotics' mazes hold
+their point or ant), ALE's emulator through `cloneState(include_rng=True)`, a DeepMind Control
 env's `Physics` and its task's random state, and POPGym's card decks walked as objects. Spaces, specs, callables
 and renderers are configuration, skipped. An object whose state no attribute shows (Brax's JAX arrays) offers
 `capture_state() -> {name: array}` and `restore_state(arrays)`. Where the state cannot be reached
@@ -79,6 +80,8 @@ def _encode_foreign(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
         if type(value).__name__ == "MjData":
             return {"mjdata": True}  # handled by the owner, which also has the model
         return NotImplemented
+    if module.startswith(("gymnasium.envs.mujoco", "gymnasium_robotics.")) and _is_mujoco_env(value):
+        return {"object": _capture_object(value, arrays, key)}  # a simulated body another env drives (the mazes')
     if module.startswith("ale_py") and type(value).__name__ == "ALEInterface":
         return {"ale": True}  # handled by the owner, as MjData
     if module.startswith("dm_control."):
@@ -97,6 +100,12 @@ def _encode_foreign(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
     if type(value).__name__ == "RunningMeanStd":
         return {"object": _capture_object(value, arrays, key)}
     return NotImplemented  # spaces, callables and other configuration
+
+
+def _is_mujoco_env(value: Any) -> bool:
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+
+    return isinstance(value, MujocoEnv)
 
 
 def _encode_dm_control(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
