@@ -71,7 +71,7 @@ ERRORS = {
                                  ["logging.runs_root = '/proc/forbidden'", "cannot create or write"]),
     # the agent meets the env's spaces only once the env is built: still bad input, and still nothing written
     "algorithm cannot take the actions": Case(["train", "Acrobot-v1:planet"],
-                                              ["algo.name = 'planet'", "Discrete(3)", "PlaNet plans 1-D Box"]),
+                                              ["algo.name = 'planet'", "Discrete(3)", "acts in Box action spaces"]),
     "dqn on continuous actions": Case(["train", "MountainCarContinuous-v0:dqn"],
                                       ["algo.name = 'dqn'", "continuous actions", "DQN needs Discrete"]),
     # 10^14 transitions: petabytes, beyond any machine's address space, overcommitted or not
