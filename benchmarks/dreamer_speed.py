@@ -102,7 +102,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--ratio", type=float, default=1024.0, help="train ratio for the env steps/s column")
     parser.add_argument("--profile", action="store_true", help="print torch's profile of 3 updates per row")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (the replay stays on the CPU)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (train.device_replay=auto: on CUDA the replay's "
+                        "observations are mirrored on the GPU)")
     parser.add_argument("--cuda-graphs", action="store_true", help="also each row with the update in a CUDA graph")
     args = parser.parse_args()
     device = torch.device(args.device)

@@ -3,7 +3,8 @@
 #   1. the CUDA-only tests: every CUDA-graphed gradient step replays equal to eager over 100 updates, every acting
 #      step and the simulated env step equal to eager, and a graphed
 #      run killed and resumed equals the uninterrupted one (tests/unit/test_graphs_cuda.py); the memory cores against
-#      the CPU and mamba-ssm's kernels (tests/unit/test_cores_cuda.py);
+#      the CPU and mamba-ssm's kernels (tests/unit/test_cores_cuda.py); replays mirrored on the GPU sample what the
+#      host ones do (tests/unit/test_device_replay.py);
 #   2. benchmarks/gpu_speed.py: rlfoundry beside Stable-Baselines3 and graphed beside eager, rows started until
 #      SECONDS after the start (a row that has started finishes).
 #
@@ -30,7 +31,7 @@ python3 -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__ve
 
 log CUDA tests
 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/unit/test_graphs_cuda.py \
-    tests/unit/test_cores_cuda.py 2>&1 | tail -30
+    tests/unit/test_cores_cuda.py tests/unit/test_device_replay.py -k "not trains_to_the_same" 2>&1 | tail -30
 
 LEFT=$(( DEADLINE - ($(date +%s) - T0) )); [ "$LEFT" -lt 60 ] && LEFT=60
 log "speed table, rows started within $LEFT s"

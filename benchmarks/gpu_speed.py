@@ -126,6 +126,8 @@ ROWS: dict[str, tuple[str, list[tuple[str, Callable[[int, str], dict]]], int]] =
         ("SB3", sb3_run(sb3_td3))], 4_000),
     "dqn": ("DQN Breakout, SB3's Atari settings", [
         ("rlfoundry, CUDA graphs", rlfoundry_run("ALE/Breakout-v5:dqn", [*BREAKOUT, "train.cuda_graphs=true"], True)),
+        ("rlfoundry, CUDA graphs, replay on the host", rlfoundry_run(
+            "ALE/Breakout-v5:dqn", [*BREAKOUT, "train.cuda_graphs=true", "train.device_replay=false"], True)),
         ("rlfoundry, eager", rlfoundry_run("ALE/Breakout-v5:dqn", [*BREAKOUT, "train.cuda_graphs=false"], True)),
         ("SB3", sb3_run(sb3_dqn))], 12_000),
     "ppo-breakout-8": ("PPO Breakout, 8 envs, fp32", [

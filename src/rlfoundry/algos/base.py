@@ -75,6 +75,7 @@ class Runtime:
     precision: str = "fp32"  # fp32 or bf16 (autocast)
     compile: bool = False  # torch.compile the agent's hot paths
     cuda_graphs: bool = False  # capture the steady-state steps in CUDA graphs (on CUDA only)
+    device_replay: bool | str = False  # train.device_replay: mirror replays on the device (`keep_replay`)
 
     @classmethod
     def of(cls, train_cfg, device: torch.device | str = "cpu") -> Runtime:
@@ -83,7 +84,7 @@ class Runtime:
         precision = train_cfg.precision if train_cfg.precision in ("fp32", "bf16") else "fp32"
         device = torch.device(device)
         graphs = train_cfg.cuda_graphs is True and device.type == "cuda"
-        return cls(device, precision, train_cfg.compile is True, graphs)
+        return cls(device, precision, train_cfg.compile is True, graphs, train_cfg.device_replay)
 
     def autocast(self) -> AbstractContextManager:
         """The mixed-precision context: bf16 autocast, or no context at all for fp32 (entering a disabled autocast
@@ -106,6 +107,21 @@ class Runtime:
     def to_device(self) -> HostToDevice:
         """A copier of replay samples to this device (pinned buffers and copies that do not wait, on CUDA)."""
         return HostToDevice(self.device)
+
+    def keep_replay(self, replay) -> None:
+        """Mirror `replay` on the device (its `keep_on`) where train.device_replay says so: true always; auto on CUDA
+        when its mirrored arrays (`mirrored_nbytes`) take at most half the free GPU memory."""
+        if self.device_replay == "auto":
+            if self.device.type != "cuda" or replay.mirrored_nbytes > torch.cuda.mem_get_info(self.device)[0] // 2:
+                return
+        elif not self.device_replay:
+            return
+        try:
+            replay.keep_on(self.device)
+        except torch.OutOfMemoryError:
+            raise ConfigError(f"train.device_replay = true: the replay's copy ({replay.mirrored_nbytes / 2**30:.1f} GiB) "
+                              f"does not fit on {self.device}; lower the replay's size or set train.device_replay to "
+                              "auto") from None
 
     def compile_modules(self, *modules: torch.nn.Module) -> None:
         """Each network's forward pass compiled in place (its state dict keeps its names) when the run compiles."""

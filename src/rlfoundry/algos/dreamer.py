@@ -177,6 +177,7 @@ class Dreamer(LatentAgent):
         with sized_by("algo.replay_size", capacity):
             self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, action_shape,
                                          action_dtype, feature_size, algo.batch_length if algo.replay_online else None)
+        runtime.keep_replay(self.replay)
         self.ratio_last: float | None = None  # the reference's Ratio: env steps accounted for so far
 
     # ------------------------------------------------------------------ acting

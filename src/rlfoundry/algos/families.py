@@ -251,12 +251,16 @@ class OffPolicyAgent(Agent):
                 assert initial_state is not None, "a memory core's replay needs the acting network's state"
                 self.layout = StateLayout(initial_state(1))
                 self.acting_state = initial_state(self.spec.num_envs)
-                return RecurrentReplay(*shapes, state_size=self.layout.size, length=algo.sequence_length,
-                                       burn_in=algo.burn_in, stride=algo.sequence_stride, n_step=algo.n_step,
-                                       gamma=algo.gamma, frame_stack=frame_stack(self.cfg.env), prioritized=prioritized,
-                                       eta=algo.priority_eta, **extra)
-            kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
-            return kind(*shapes, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack(self.cfg.env), **extra)
+                replay: ReplayBuffer = RecurrentReplay(
+                    *shapes, state_size=self.layout.size, length=algo.sequence_length, burn_in=algo.burn_in,
+                    stride=algo.sequence_stride, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack(self.cfg.env),
+                    prioritized=prioritized, eta=algo.priority_eta, **extra)
+            else:
+                kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+                replay = kind(*shapes, n_step=algo.n_step, gamma=algo.gamma, frame_stack=frame_stack(self.cfg.env),
+                              **extra)
+        self.runtime.keep_replay(replay)
+        return replay
 
     # ------------------------------------------------------------ what an algorithm writes
 

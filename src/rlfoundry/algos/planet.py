@@ -127,6 +127,7 @@ class PlaNet(LatentAgent):
         with sized_by("algo.replay_size", capacity):
             self.replay = SequenceReplay(capacity, spec.num_envs, spec.obs_shape, spec.obs_dtype, (self.action_size,),
                                          np.float32, self.model.rssm.feature_size)
+        runtime.keep_replay(self.replay)
         self.episodes = self.owed = 0
 
     # ------------------------------------------------------------------ acting

@@ -64,8 +64,8 @@ def reset_state(state, starts: torch.Tensor):
 class SequenceSample(NamedTuple):
     """N windows, time-major: W = burn_in + length + n_step rows, of which T = length are trained."""
 
-    obs: np.ndarray  # [W, N, *obs_shape]
-    actions: np.ndarray  # [W, N, *action_shape]
+    obs: np.ndarray | torch.Tensor  # [W, N, *obs_shape] (tensors on the device where the replay is mirrored)
+    actions: np.ndarray | torch.Tensor  # [W, N, *action_shape]
     starts: np.ndarray  # [W, N] bool: an episode begins at this row (the core resets before it)
     states: np.ndarray  # [N, state_size] float32: the core's state before the first row
     returns: np.ndarray  # [T, N] float32: n-step returns from each trained row
@@ -180,7 +180,8 @@ class RecurrentReplay(ReplayBuffer):
         R, W, T = self.num_rows, self.window, self.length
         rows = starts[None] + np.arange(W)[:, None]  # [W, N] absolute rows
         slots = rows % R
-        obs = self._stacks(rows.reshape(-1), np.tile(envs, W)).reshape(W, len(envs), *self.obs_shape)
+        (obs,), actions = self._observed([(rows.reshape(-1), np.tile(envs, W))], (slots, envs))
+        obs = obs.reshape(W, len(envs), *self.obs_shape)
         episode_starts = np.zeros((W, len(envs)), bool)
         episode_starts[1:] = self.reset_rows[slots[:-1], envs]
         trained = rows[self.burn_in:self.burn_in + T]  # [T, N]
@@ -189,7 +190,7 @@ class RecurrentReplay(ReplayBuffer):
         mask = ~self.reset_rows[trained_slots, envs] & (self.depth[trained_slots, envs] > 0)
         state_slots = (starts // self.stride) % self.state_rows
         return SequenceSample(
-            obs=obs, actions=self.actions[slots, envs], starts=episode_starts, states=self.states[state_slots, envs],
+            obs=obs, actions=actions, starts=episode_starts, states=self.states[state_slots, envs],
             returns=returns, discounts=discounts,
             bootstrap=np.arange(self.burn_in, self.burn_in + T)[:, None] + last + 1,
             mask=mask.astype(np.float32), weights=weights, indices=state_slots * self.num_envs + envs)

@@ -2,8 +2,9 @@
 env, with n-step returns and proportional prioritisation through a sum tree (Schaul et al. 2016, arXiv:1511.05952).
 Each observation is stored once (a transition's next observation is the next row's), and stacked frames once per
 frame, so that a million Atari transitions fit in memory; reset rows are never sampled, and the arrays go into the
-checkpoint for exact resumes. The layout, frame stacks and footprint are described in docs/algorithms/dqn.md,
-"The replay buffer".
+checkpoint for exact resumes. With `keep_on(device)` the frames and actions are mirrored on the device and samples
+gathered there (`DeviceMirror`): the same draws, the same values, as tensors. The layout, frame stacks and footprint
+are described in docs/algorithms/dqn.md, "The replay buffer".
 """
 
 from __future__ import annotations
@@ -12,19 +13,22 @@ import time
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
+from rlfoundry.buffers.transfer import DeviceMirror
 from rlfoundry.envs import env_seed
 
 PADDING = ("zero", "first")
 
 
 class ReplaySample(NamedTuple):
-    """A batch of N transitions; `rewards`, `next_obs` and `discounts` are n-step."""
+    """A batch of N transitions; `rewards`, `next_obs` and `discounts` are n-step. Observations and actions are
+    tensors on the device when the replay is mirrored there (`keep_on`), arrays otherwise."""
 
-    obs: np.ndarray  # [N, *obs_shape]
-    actions: np.ndarray  # [N, *action_shape]
+    obs: np.ndarray | torch.Tensor  # [N, *obs_shape]
+    actions: np.ndarray | torch.Tensor  # [N, *action_shape]
     rewards: np.ndarray  # [N] float32: sum_{i<=k} gamma^i r_{t+i}, k the last step of the window
-    next_obs: np.ndarray  # [N, *obs_shape]: the observation after step t+k (the true final one at an end)
+    next_obs: np.ndarray | torch.Tensor  # [N, *obs_shape]: the observation after step t+k (the true final one at an end)
     discounts: np.ndarray  # [N] float32: gamma^(k+1), 0 when step t+k terminated
     weights: np.ndarray  # [N] float32: importance weights (ones for uniform sampling)
     indices: np.ndarray  # [N] int64: flat slots (row * num_envs + env), for `update_priorities`
@@ -64,6 +68,16 @@ class ReplayBuffer:
         self.step = 0  # full rows written so far; row `step` is the pending one
         self.prev_done = np.zeros(B, bool)
         self.num_ready = 0
+        self.mirror: DeviceMirror | None = None
+
+    def keep_on(self, device: torch.device) -> None:
+        """Mirror the frames and actions on `device` from now on, and gather samples there (module docstring)."""
+        self.mirror = DeviceMirror({"frames": self.frames, "actions": self.actions}, device)
+
+    @property
+    def mirrored_nbytes(self) -> int:
+        """What `keep_on` takes on the device."""
+        return self.frames.nbytes + self.actions.nbytes
 
     # ---------------------------------------------------------------- filling
 
@@ -82,6 +96,8 @@ class ReplayBuffer:
         if t == 0:
             self._write_obs(0, obs, None, np.zeros(B, bool))
         self.actions[s] = actions
+        if self.mirror is not None:
+            self.mirror.write("actions", s, self.actions[s])
         self.rewards[s] = rewards
         self.terminated[s] = terminated
         self.truncated[s] = truncated
@@ -118,10 +134,11 @@ class ReplayBuffer:
         if obs.shape != (self.num_envs, *self.obs_shape):
             raise ValueError(f"observations of shape {obs.shape}; this buffer stores {(self.num_envs, *self.obs_shape)}")
         S, C = self.frame_stack, self.channels
+        self.frames[slot] = obs if S == 1 else obs[:, -C:]
+        if self.mirror is not None:
+            self.mirror.write("frames", slot, self.frames[slot])
         if S == 1:
-            self.frames[slot] = obs
             return
-        self.frames[slot] = obs[:, -C:]
         older = obs[:, :-C].reshape(self.num_envs, -1)
         if self.frame_padding == "zero":
             padded = ~older.any(axis=1)
@@ -227,26 +244,42 @@ class ReplayBuffer:
         """Transitions starting at absolute `rows` of `envs`, with vectorised n-step returns."""
         slots = rows % self.num_rows
         returns, last, discounts = self._n_step(rows, envs)
-        return ReplaySample(
-            obs=self._stacks(rows, envs),
-            actions=self.actions[slots, envs],
-            rewards=returns,
-            next_obs=self._stacks(rows + last + 1, envs),
-            discounts=discounts,
-            weights=weights,
-            indices=slots * self.num_envs + envs,
-        )
+        (obs, next_obs), actions = self._observed([(rows, envs), (rows + last + 1, envs)], (slots, envs))
+        return ReplaySample(obs=obs, actions=actions, rewards=returns, next_obs=next_obs, discounts=discounts,
+                            weights=weights, indices=slots * self.num_envs + envs)
 
-    def _stacks(self, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
-        """Observations of absolute `rows`: stacks rebuilt from the newest frame of each row and its padding."""
+    def _observed(self, stacks: list[tuple[np.ndarray, np.ndarray]], actions: tuple[np.ndarray, np.ndarray]) -> tuple:
+        """The observations at each (absolute rows [N], envs [N]) of `stacks`, and the actions at (ring slots, envs)
+        `actions`: from the host arrays, or gathered on the device (one batch of index copies) when it mirrors them."""
+        if self.mirror is None:
+            return [self._stacks(*where) for where in stacks], self.actions[actions]
+        places = [self._stack_index(*where) for where in stacks]
+        pads = [pad for _, _, pad in places if pad is not None]  # zero padding: all or none
+        copied = self.mirror.to_device(*actions, *[a for slots, envs, _ in places for a in (slots, envs)], *pads)
+        frames = [self.mirror.take("frames", copied[2 + 2 * i], copied[3 + 2 * i]) for i in range(len(places))]
+        if pads:
+            frames = [f.masked_fill(_broadcast(pad, f), 0) for f, pad in zip(frames, copied[2 + 2 * len(places):])]
+        return ([f.reshape(where[0].size, *self.obs_shape) for f, where in zip(frames, stacks)],
+                self.mirror.take("actions", *copied[:2]))
+
+    def _stack_index(self, rows: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Where the stacks of absolute `rows` lie in `frames`: ring slots and envs ([N], or [N, S] oldest first and
+        [N, 1] with frame stacking), and with zero padding where the stack is padding (true there)."""
         if self.frame_stack == 1:
-            return self.frames[rows % self.num_rows, envs]
+            return rows % self.num_rows, envs, None
         S = self.frame_stack
         depth = self.depth[rows % self.num_rows, envs].astype(np.int64)[:, None]  # > 0 for ready rows
         back = np.arange(S - 1, -1, -1)[None]  # how many rows back each position of the stack lies, oldest first
-        frames = self.frames[(rows[:, None] - np.minimum(back, depth - 1)) % self.num_rows, envs[:, None]]
-        if self.frame_padding == "zero":
-            frames[back >= depth] = 0
+        slots = (rows[:, None] - np.minimum(back, depth - 1)) % self.num_rows
+        return slots, envs[:, None], back >= depth if self.frame_padding == "zero" else None
+
+    def _stacks(self, rows: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        """Observations of absolute `rows` from the host arrays: stacks rebuilt from the newest frame of each row and
+        its padding."""
+        slots, env_index, padding = self._stack_index(rows, envs)
+        frames = self.frames[slots, env_index]
+        if padding is not None:
+            frames[padding] = 0
         return frames.reshape(rows.size, *self.obs_shape)
 
     # ---------------------------------------------------------------- checkpoints
@@ -280,6 +313,8 @@ class ReplayBuffer:
         self.step = int(state["step"])
         self.prev_done = np.array(state["prev_done"], bool)
         self.num_ready = int(self.ready.sum())
+        if self.mirror is not None:
+            self.mirror.load({"frames": self.frames, "actions": self.actions})
 
     def _check_state(self, state: dict[str, np.ndarray]) -> None:
         names = [*self._storage(), "config", "gamma", "step", "prev_done"]
@@ -298,6 +333,11 @@ class ReplayBuffer:
                                  f"{(used, *array.shape[1:])}")
         if state["prev_done"].shape != (self.num_envs,):
             raise ValueError(f"replay state 'prev_done': shape {state['prev_done'].shape}, expected ({self.num_envs},)")
+
+
+def _broadcast(mask: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """A mask over a gather's leading axes, with unit axes for the frames' own."""
+    return mask.reshape(*mask.shape, *[1] * (frames.dim() - mask.dim()))
 
 
 class SumTree:

@@ -4,8 +4,9 @@
 Row t of an env: obs_t, reward_t (that came with obs_t), is_first_t, is_terminal_t, action_t (taken at obs_t) and
 latent_t (after observing obs_t). With NEXT_STEP autoreset an env's rows are an unbroken stream of whole episodes
 (the reset row: is_first, reward 0), so a window may cross episode starts. A window of `length + 1` rows begins
-with a context row, whose stored latent (zero if none) the model starts from. Filling, sampling, online windows
-and checkpoints: docs/algorithms/dreamer.md, "The sequence replay".
+with a context row, whose stored latent (zero if none) the model starts from. With `keep_on(device)` the
+observations are mirrored on the device and windows of them gathered there (`DeviceMirror`). Filling, sampling,
+online windows and checkpoints: docs/algorithms/dreamer.md, "The sequence replay".
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from collections import deque
 from typing import NamedTuple
 
 import numpy as np
+import torch
+
+from rlfoundry.buffers.transfer import DeviceMirror
 
 
 class SequenceBatch(NamedTuple):
     """N windows of L + 1 rows, batch-major: row 0 is the context."""
 
-    obs: np.ndarray  # [N, L+1, *obs_shape]
+    obs: np.ndarray | torch.Tensor  # [N, L+1, *obs_shape] (a tensor on the device where the replay is mirrored)
     actions: np.ndarray  # [N, L+1, *action_shape]: actions[:, t] was taken at obs[:, t]
     rewards: np.ndarray  # [N, L+1] float32
     is_first: np.ndarray  # [N, L+1] bool
@@ -52,6 +56,16 @@ class SequenceReplay:
         self.prev_done = np.zeros(B, bool)
         self.online_length = online_length
         self.queue: deque[tuple[int, int]] = deque()  # (start row, env) of online windows not served yet
+        self.mirror: DeviceMirror | None = None
+
+    def keep_on(self, device: torch.device) -> None:
+        """Mirror the observations on `device` from now on, and gather the windows' observations there."""
+        self.mirror = DeviceMirror({"obs": self.obs}, device)
+
+    @property
+    def mirrored_nbytes(self) -> int:
+        """What `keep_on` takes on the device."""
+        return self.obs.nbytes
 
     # ---------------------------------------------------------------- filling
 
@@ -82,6 +96,8 @@ class SequenceReplay:
         self.step += 1
         slot = self.step % self.rows_per_env
         self.obs[slot] = obs
+        if self.mirror is not None:
+            self.mirror.write("obs", slot, self.obs[slot])
         self.rewards[slot] = np.where(is_first, 0.0, rewards)
         self.is_first[slot] = is_first
         self.is_terminal[slot] = terminal
@@ -121,8 +137,12 @@ class SequenceReplay:
                                rng.integers(0, self.num_envs, uniform)])
         slots = (rows[:, None] + np.arange(length + 1)[None]) % self.rows_per_env  # [N, L+1]
         cols = envs[:, None]
+        if self.mirror is None:
+            obs: np.ndarray | torch.Tensor = self.obs[slots, cols]
+        else:
+            obs = self.mirror.take("obs", *self.mirror.to_device(slots, cols))
         return SequenceBatch(
-            obs=self.obs[slots, cols], actions=self.actions[slots, cols], rewards=self.rewards[slots, cols],
+            obs=obs, actions=self.actions[slots, cols], rewards=self.rewards[slots, cols],
             is_first=self.is_first[slots, cols], is_terminal=self.is_terminal[slots, cols],
             latents=self.latents[slots, cols], has_latent=self.has_latent[slots, cols], rows=rows, envs=envs)
 
@@ -179,3 +199,5 @@ class SequenceReplay:
         self.step = int(state["step"])
         self.prev_done = np.array(state["prev_done"], bool)
         self.queue = deque((int(start), int(env)) for start, env in state.get("queue", np.zeros((0, 2), np.int64)))
+        if self.mirror is not None:
+            self.mirror.load({"obs": self.obs})

@@ -299,6 +299,13 @@ class TrainConfig(StrictModel):
         "docs/guide/performance.md, \"Threads, precision and compilation\"); off on the CPU, with train.debug, and across processes. "
         "Resolved once and kept on resume.",
     )
+    device_replay: bool | Literal["auto"] = Field(
+        "auto", description="Keep a copy of the replay's observations and actions (the off-policy algorithms', "
+        "DreamerV3's and PlaNet's) on train.device, written a step at a time, and gather each sample there: the same "
+        "samples, without the host gathering them and copying megabytes per batch. It takes that much device memory "
+        "besides the host's copy, which checkpoints read. auto: on CUDA when it takes at most half the free GPU memory; "
+        "true: always (on the CPU a second copy in torch, which only tests the path).",
+    )
     deterministic: bool = Field(
         False, description="Deterministic kernels only (torch.use_deterministic_algorithms, cuDNN without autotuning, "
         "cuBLAS with a fixed workspace): on CUDA the same seed then gives the same numbers in every run, at some cost "

@@ -139,7 +139,7 @@ def build(cfg: ExperimentConfig, weights: dict[str, torch.Tensor], obs_stats, st
     precision: str = cfg.train.precision
     if precision == "auto":  # what this machine runs natively, as a new run here would
         precision, _ = hardware.resolve_precision("auto", torch.device(device), cfg.network, hardware.detect())
-    train = cfg.train.model_copy(update={"precision": precision, "compile": False})
+    train = cfg.train.model_copy(update={"precision": precision, "compile": False, "device_replay": False})
     cfg = cfg.model_copy(update={"train": train})
     envs, spec = envs_lib.build(cfg.env, 1, evaluation=True)  # the agent's spaces, exactly as in training
     envs.close()
