@@ -11,9 +11,11 @@ reset). Recurrent policies reset their memory there — the reset row itself sti
 memory — and also get the memory at the start of each `sequence_length` chunk, from which the update
 replays it.
 
-Envs that step on the device: an env whose observations come as torch tensors (the world-model agent's
-`rlfoundry.world_models.simulated_env.SimulatedEnv`) gets its actions as tensors and its rollout stored in tensors on
-the same device, so collecting from it copies nothing to the host.
+The observations are stored on the agent's device as they arrive (each step's copied once, through pinned memory on
+CUDA, and acted on from there), so the update finds the rollout's largest part in place. Envs that step on the
+device: an env whose observations come as torch tensors (the world-model agent's
+`rlfoundry.world_models.simulated_env.SimulatedEnv`) gets its actions as tensors and its whole rollout stored in
+tensors on the same device, so collecting from it copies nothing to the host.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class RolloutCollector:
         # the storage: torch tensors on the device when the env steps there, else numpy arrays
         zeros: Callable[..., np.ndarray | torch.Tensor] = self._device_zeros if self.on_device else np.zeros
         shape = (num_steps, spec.num_envs)
-        self.obs = zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)
+        self.obs = self._device_zeros(shape + spec.obs_shape, dtype=spec.obs_dtype)  # on the device in any case
         self.rewards = zeros(shape, dtype=np.float32)
         self.terminated = zeros(shape, dtype=np.float32)
         self.truncated = zeros(shape, dtype=np.float32)
@@ -200,7 +202,7 @@ class RolloutCollector:
         with torch.inference_mode():
             for t in range(self.num_steps):
                 start = clock()
-                self.obs[t] = self.next_obs
+                self.obs[t] = self._step_obs(self.next_obs)  # (cast to the stored dtype)
                 if self.sequence_length is not None:  # recurrent
                     # `starts` of row t, from row t - 1 (not yet overwritten at t = 0); None: none
                     none = not self.on_device and self.valid[t - 1].all()  # (on the device: no sync to find out)
@@ -210,7 +212,7 @@ class RolloutCollector:
                         states.append(self.memory)
                 # both numpy or both torch (self.on_device); mypy also checks the mixed pairs, which never occur
                 self.valid[t] = ~self.prev_done  # type: ignore[assignment]
-                out, self.memory = act(self._step_obs(self.obs[t]), self.memory, starts)
+                out, self.memory = act(self.obs[t], self.memory, starts)
                 actions.append(out.actions)
                 logprobs.append(out.logprobs)
                 values.append(out.values)
@@ -235,7 +237,7 @@ class RolloutCollector:
             stats.time_act += clock() - start
         self.starts[1:] = ~self.valid[:-1]  # type: ignore[assignment]  # both numpy or both torch, as above
         rollout = Rollout(
-            obs=self._tensor(self.obs),
+            obs=self.obs,
             actions=torch.stack(actions),
             logprobs=torch.stack(logprobs),
             values=torch.stack(values),
