@@ -67,6 +67,7 @@ def test_compile_auto_resolves_by_algorithm_core_and_budget(monkeypatch):
         return hardware.resolve_compile(*args)[0]
 
     assert resolved("auto", "ppo", cfg.network, long) is True
+    assert resolved("auto", "ppo", cfg.network, long, torch.device("cuda")) is False  # graphs there, not compile
     assert resolved("auto", "ppo", cfg.network, short) is False
     assert resolved("auto", "dqn", cfg.network, long) is False
     lstm = cfg.network.model_copy(update={"core": "lstm"})

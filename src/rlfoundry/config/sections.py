@@ -291,7 +291,7 @@ class TrainConfig(StrictModel):
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the acting and learning functions (every algorithm). The first iterations then "
         "compile, for tens of seconds on a CPU. auto: where it was measured to pay off (see docs/guide/performance.md, "
-        "\"Threads, precision and compilation\"); resolved once and kept on resume.",
+        "\"Threads, precision and compilation\"), never on CUDA (CUDA graphs there); resolved once and kept on resume.",
     )
     cuda_graphs: bool | Literal["auto"] = Field(
         "auto", description="On CUDA, capture each steady-state gradient step (SAC, TD3, DDPG, DQN; PPO's minibatch "

@@ -156,7 +156,7 @@ class Trainer:
         if started is not None and cfg.train.precision == "auto" and started.precision:
             precision = started.precision
         compile_, compile_warning = hardware.resolve_compile(cfg.train.compile, cfg.algo.name, cfg.network,
-                                                             cfg.train.total_timesteps)
+                                                             cfg.train.total_timesteps, self.device)
         if started is not None and cfg.train.compile == "auto" and started.compile is not None:
             compile_ = started.compile
         graphs, graphs_warning = hardware.resolve_cuda_graphs(cfg.train.cuda_graphs, cfg.algo.name, self.device,
