@@ -163,7 +163,7 @@ def predict_actions(policy, spec, runtime: Runtime, obs: np.ndarray, determinist
             starts = None if memory.starts is None else torch.as_tensor(memory.starts, device=runtime.device)
             out, memory.state = policy.predict(tensor, deterministic, state, starts)
             actions = out.cpu().numpy()
-    if not isinstance(spec.action_space, gymnasium.spaces.Box):  # choices (Discrete, MultiDiscrete, MultiBinary)
+    if spec.choices:
         return actions
     return np.clip(actions, spec.action_space.low, spec.action_space.high)
 

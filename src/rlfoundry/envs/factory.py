@@ -71,6 +71,11 @@ class EnvInfo:
     def discrete(self) -> bool:
         return isinstance(self.action_space, spaces.Discrete)
 
+    @property
+    def choices(self) -> bool:
+        """The actions are choices (Discrete, MultiDiscrete, MultiBinary), not a Box of numbers."""
+        return not isinstance(self.action_space, spaces.Box)
+
 
 @dataclass(frozen=True)
 class Family:

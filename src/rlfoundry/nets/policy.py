@@ -340,7 +340,7 @@ class GreedyActorCritic(nn.Module):
 
     def __init__(self, net: ActorCritic, spec: EnvInfo):
         super().__init__()
-        self.net, self.discrete = net, not isinstance(spec.action_space, spaces.Box)  # choices, not a Box
+        self.net, self.discrete = net, spec.choices
         initial = net.initial_state(1)  # None: feed-forward
         self.layout = [len(state) for state in initial] if initial is not None else []  # tensors per core
         if not self.discrete:

@@ -139,7 +139,7 @@ def resolve_precision(requested: str, device: torch.device, network, hardware: H
 
 
 def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: int,
-                    device: torch.device = torch.device("cpu")) -> tuple[bool, str | None]:
+                    device: torch.device | str = "cpu") -> tuple[bool, str | None]:
     """`train.compile` resolved, and a warning where `true` cannot be honoured (the algorithm has no compiled path:
     `Agent.compiles`). auto: on the CPU, an algorithm whose compiled path is measured to pay off
     (`Agent.compile_by_default`: PPO) with a feed-forward core over a run long enough to win back the compilation
@@ -154,7 +154,7 @@ def resolve_compile(requested: bool | str, algo: str, network, total_timesteps: 
                        f"compilation\" says why); it runs eager")
     if requested != "auto":
         return bool(requested), None
-    worth_it = (device.type == "cpu" and agent.compile_by_default and network.core == "identity"
+    worth_it = (torch.device(device).type == "cpu" and agent.compile_by_default and network.core == "identity"
                 and total_timesteps >= COMPILE_PAYS_FROM)
     return worth_it and has_cpp_compiler(), None
 
