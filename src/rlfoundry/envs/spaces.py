@@ -119,11 +119,11 @@ class PackedObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
     def __init__(self, env: gym.Env):
         gym.utils.RecordConstructorArgs.__init__(self)
         gym.ObservationWrapper.__init__(self, env)
-        leaves = [leaf for _, leaf in _entries(env.observation_space)]
-        self.leaves = leaves
-        self.channel_last = [is_channel_last(leaf) for leaf in leaves]
+        entries = list(_entries(env.observation_space))
+        self.leaves = [leaf for _, leaf in entries]
+        self.channel_last = [is_channel_last(leaf) for leaf in self.leaves]
         parts, lows, highs, offset = [], [], [], 0
-        for (path, leaf), last in zip(_entries(env.observation_space), self.channel_last):
+        for (path, leaf), last in zip(entries, self.channel_last):
             if is_image_space(leaf):
                 shape = tuple(int(n) for n in leaf.shape)
                 kind, shape = "image", (shape[2], shape[0], shape[1]) if last else shape
@@ -137,9 +137,8 @@ class PackedObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
             lows.append(low)
             highs.append(high)
             offset += math.prod(shape)
-        dtype = np.uint8 if all(_byte_valued(leaf) for leaf in leaves) else np.float32
+        dtype = np.uint8 if all(_byte_valued(leaf) for leaf in self.leaves) else np.float32
         self.observation_space = PackedBox(tuple(parts), np.concatenate(lows), np.concatenate(highs), dtype)
-        self.dtype = dtype
 
     def observation(self, observation) -> np.ndarray:
         pieces = []
@@ -148,7 +147,7 @@ class PackedObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
                 pieces.append((np.transpose(value, (2, 0, 1)) if last else np.asarray(value)).ravel())
             else:
                 pieces.append(np.asarray(spaces.flatten(leaf, value)).ravel())
-        return np.concatenate(pieces).astype(self.dtype, copy=False)
+        return np.concatenate(pieces).astype(self.observation_space.dtype, copy=False)
 
 
 def has_images(space: spaces.Space) -> bool:
