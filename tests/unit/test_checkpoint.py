@@ -44,6 +44,20 @@ def test_round_trip(tmp_path):
     np.testing.assert_array_equal(loaded.arrays["obs_mean"], original.arrays["obs_mean"])
 
 
+def test_a_policy_reads_the_weights_and_named_arrays_only(tmp_path):
+    """Loading a trained policy reads neither the optimizers' state (a broken agent.pt does not stop it) nor the
+    arrays it does not name, such as a replay of gigabytes."""
+    checkpoint = make_checkpoint(1.5)
+    checkpoint.arrays["agent.replay.frames"] = np.zeros((4, 3), np.uint8)
+    path = ckpt.save(tmp_path, 8, checkpoint, keep_last=1)
+    (path / "agent.pt").write_bytes(b"not read")
+    loaded = ckpt.load_networks(path, ("obs_mean", "not_there"))
+    assert loaded.agent == {} and list(loaded.arrays) == ["obs_mean"] and loaded.state["step"] == 8
+    assert torch.equal(loaded.weights["policy.w"], checkpoint.weights["policy.w"])
+    with pytest.raises(ckpt.CheckpointError, match="agent.pt"):
+        ckpt.load(path)
+
+
 def test_weights_that_share_storage_are_saved(tmp_path):
     flat = torch.arange(6, dtype=torch.float32)
     checkpoint = make_checkpoint()

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -196,12 +196,25 @@ def load(path: Path) -> Checkpoint:
             f"{path / 'agent.pt'}: refused or corrupt: only plain tensors and values load ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''})"
         ) from None
+    return Checkpoint(weights=weights, agent=agent, arrays=_arrays(path), state=state)
+
+
+def load_networks(path: Path, arrays: Sequence[str] = ()) -> Checkpoint:
+    """What a trained policy needs of a checkpoint directory: its weights, state.json and the named arrays (those
+    present), without the optimizers' state or the replay, which may be gigabytes (`agent` is left empty)."""
+    path = Path(path)
+    state = read_marked(path, FILES, "state.json", FORMAT, VERSION, "checkpoint")
+    return Checkpoint(weights=read_weights(path / "weights.safetensors"), agent={}, arrays=_arrays(path, arrays),
+                      state=state)
+
+
+def _arrays(path: Path, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """arrays.npz read without pickle: every array, or those of `names` it holds (the others are not read)."""
     try:
         with np.load(path / "arrays.npz", allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
+            return {key: data[key] for key in data.files if names is None or key in names}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise CheckpointError(f"{path / 'arrays.npz'}: corrupt or not plain arrays ({exc})") from None
-    return Checkpoint(weights=weights, agent=agent, arrays=arrays, state=state)
 
 
 def _is_weights(value: Any) -> bool:

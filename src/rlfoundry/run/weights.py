@@ -129,7 +129,7 @@ def read(path: Path, checkpoint: str | None, source: str) -> Saved:
         return _model_folder(path, source)
     name = checkpoint_name(path, checkpoint)
     step_dir = ckpt.resolve(path, name)
-    saved = ckpt.load(step_dir)
+    saved = ckpt.load_networks(step_dir, ("obs_rms_mean", "obs_rms_var"))
     stats = None
     if "obs_rms_mean" in saved.arrays:
         stats = (saved.arrays["obs_rms_mean"], saved.arrays["obs_rms_var"], float(saved.state["obs_rms_count"]))
