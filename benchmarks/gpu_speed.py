@@ -4,8 +4,9 @@ graphs (`train.cuda_graphs`), one markdown table.
 Rows (by default the ones not yet measured on a GPU run first; a row that would start after --budget seconds is
 listed as not run):
   SAC, TD3 and DQN: graphed, eager and SB3 (HalfCheetah-v5 with the zoo's settings; Breakout with SB3's Atari DQN
-    settings), learning from step 1,000 on both sides so that most of each run is gradient steps;
-  PPO Breakout at 8 envs (graphed minibatch steps and eager) and 64 envs (the preset, sticky actions off as SB3's
+    settings, and graphed with the replay kept on the host), learning from step 1,000 on both sides so that most of
+    each run is gradient steps;
+  PPO Breakout at 8 envs (graphed, graphed on one torch thread, and eager) and 64 envs (the preset, sticky actions off as SB3's
     NoFrameskip-v4), PPO HalfCheetah-v5 (the preset: the zoo's tuned entry; graphed and eager), each beside SB3 with
     the same settings;
   DreamerV3 size1m and size12m updates/s on pixels, eager and graphed (benchmarks/dreamer_speed.py);
@@ -133,6 +134,9 @@ ROWS: dict[str, tuple[str, list[tuple[str, Callable[[int, str], dict]]], int]] =
     "ppo-breakout-8": ("PPO Breakout, 8 envs, fp32", [
         ("rlfoundry, CUDA graphs", rlfoundry_run("ALE/Breakout-v5:ppo", [*BREAKOUT, "train.precision=fp32",
                                                                        "train.cuda_graphs=true"])),
+        ("rlfoundry, CUDA graphs, 1 torch thread", rlfoundry_run(  # do idle intra-op threads slow ALE's threads?
+            "ALE/Breakout-v5:ppo", [*BREAKOUT, "train.precision=fp32", "train.cuda_graphs=true",
+                                    "train.torch_threads=1"])),
         ("rlfoundry, eager", rlfoundry_run("ALE/Breakout-v5:ppo", [*BREAKOUT, "train.precision=fp32",
                                                                  "train.cuda_graphs=false"])),
         ("SB3", sb3_run(sb3_ppo_atari(8)))], 16_384),
