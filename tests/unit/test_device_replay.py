@@ -79,15 +79,19 @@ def test_a_mirrored_replay_of_vectors_samples_what_the_host_one_does():
     rng = np.random.default_rng(0)
     B, steps = 4, 90
     host, mirrored = pair(lambda: ReplayBuffer(B * 25, B, (3,), np.float32, (2,), np.float32, n_step=2, gamma=0.95))
+    late = ReplayBuffer(B * 25, B, (3,), np.float32, (2,), np.float32, n_step=2, gamma=0.95)  # mirrored half-way
     obs = rng.normal(size=(B, 3)).astype(np.float32)
-    for _ in range(steps):
+    for t in range(steps):
         actions, rewards = rng.normal(size=(B, 2)).astype(np.float32), rng.normal(size=B).astype(np.float32)
         ended, cut = rng.random(B) < 0.1, rng.random(B) < 0.05
         next_obs = rng.normal(size=(B, 3)).astype(np.float32)
-        for replay in (host, mirrored):
+        for replay in (host, mirrored, late):
             replay.add(obs, actions, rewards, ended, ~ended & cut, next_obs)
         obs = next_obs
+        if t == steps - 5:  # most rows written before: `keep_on` copies them
+            late.keep_on(DEVICE)
     same_samples(host, mirrored, batch_size=32)
+    same_samples(host, late, batch_size=32)
 
 
 @pytest.mark.parametrize("prioritized", [False, True])

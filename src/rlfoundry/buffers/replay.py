@@ -72,7 +72,10 @@ class ReplayBuffer:
 
     def keep_on(self, device: torch.device) -> None:
         """Mirror the frames and actions on `device` from now on, and gather samples there (module docstring)."""
-        self.mirror = DeviceMirror({"frames": self.frames, "actions": self.actions}, device)
+        mirrored = {"frames": self.frames, "actions": self.actions}
+        self.mirror = DeviceMirror(mirrored, device)
+        if self.step > 0:  # something was written already
+            self.mirror.load(mirrored)
 
     @property
     def mirrored_nbytes(self) -> int:

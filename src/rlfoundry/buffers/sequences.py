@@ -61,6 +61,8 @@ class SequenceReplay:
     def keep_on(self, device: torch.device) -> None:
         """Mirror the observations on `device` from now on, and gather the windows' observations there."""
         self.mirror = DeviceMirror({"obs": self.obs}, device)
+        if self.step >= 0:  # something was written already
+            self.mirror.load({"obs": self.obs})
 
     @property
     def mirrored_nbytes(self) -> int:

@@ -53,7 +53,8 @@ def _on(array: Any, device: torch.device) -> bool:
 
 class DeviceMirror:
     """Device copies of named host arrays `[R, B, ...]` (a replay's ring), kept equal to them row by row: the replay
-    calls `write` after each write of its own and `load` after a restore, and gathers samples with `take`."""
+    calls `write` after each write of its own and `load` after a restore, and gathers samples with `take`. A new
+    mirror is zeros, as a fresh replay's arrays are (`load` the arrays when they already hold something)."""
 
     def __init__(self, arrays: dict[str, np.ndarray], device: torch.device):
         self.device = device
@@ -61,7 +62,6 @@ class DeviceMirror:
                         for name, array in arrays.items()}
         self.rows = {name: HostToDevice(device) for name in arrays}  # pinned buffers of each row's shape
         self.indices = HostToDevice(device)
-        self.load(arrays)
 
     @property
     def nbytes(self) -> int:
