@@ -14,11 +14,9 @@ resume.
 
 from __future__ import annotations
 
-import ctypes.util
 import dataclasses
 import importlib
 import os
-import sys
 from functools import partial
 from typing import Any
 
@@ -28,19 +26,9 @@ from gymnasium import spaces
 from gymnasium.utils import EzPickle
 
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.envs.wrappers import headless_gl
 
-
-def _default_gl() -> str | None:
-    """The headless backend to ask for when MUJOCO_GL is unset: egl, else osmesa, where the library exists (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    for backend, library in (("egl", "EGL"), ("osmesa", "OSMesa")):
-        if ctypes.util.find_library(library):
-            return backend
-    return None
-
-
-if "MUJOCO_GL" not in os.environ and (_gl := _default_gl()) is not None:
+if "MUJOCO_GL" not in os.environ and (_gl := headless_gl()) is not None:
     os.environ["MUJOCO_GL"] = _gl  # before dm_control's first import, which reads it
 
 try:

@@ -36,6 +36,7 @@ from rlfoundry.envs.wrappers import (
     images_channel_first,
     is_image_space,
     mask_obs_space,
+    offscreen_mujoco,
     resized_images,
 )
 
@@ -90,6 +91,7 @@ class Family:
     prefix: str
     module: str
     extra: str  # pip install 'rlfoundry[<extra>]'
+    renders: bool = False  # its envs render rgb_array frames that env.pixels can observe
 
 
 FAMILIES = (
@@ -98,8 +100,8 @@ FAMILIES = (
     Family("Retro", "retro/", "rlfoundry.envs.retro", "retro"),
     Family("Brax", "brax/", "rlfoundry.envs.brax", "brax"),
     Family("POPGym", "popgym-", "rlfoundry.envs.popgym", "popgym"),
-    Family("Gymnasium-Robotics", "PointMaze_", "rlfoundry.envs.robotics", "robotics"),
-    Family("Gymnasium-Robotics", "AntMaze_", "rlfoundry.envs.robotics", "robotics"),
+    Family("Gymnasium-Robotics", "PointMaze_", "rlfoundry.envs.robotics", "robotics", renders=True),
+    Family("Gymnasium-Robotics", "AntMaze_", "rlfoundry.envs.robotics", "robotics", renders=True),
 )
 
 
@@ -185,12 +187,13 @@ def check_pixels(env_cfg) -> None:
     """`env.pixels` is for ids that render rgb_array outside the families with frames of their own."""
     if not env_cfg.pixels.enabled:
         return
-    section = frame_family(env_cfg.id)
-    if section is not None or family_of(env_cfg.id) is not None:
-        own = None if section is None else {"minigrid": "minigrid.view", "dm_control": "dm_control.pixels"}.get(
-            section, section)
-        why = f"has frame options of its own (env.{own})" if own else "runs batched, without rendering"
-        raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} {why}")
+    section, family = frame_family(env_cfg.id), family_of(env_cfg.id)
+    if section is not None:
+        own = {"minigrid": "minigrid.view", "dm_control": "dm_control.pixels"}.get(section, section)
+        raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} has frame options of its own (env.{own})")
+    if family is not None and not family.renders:
+        raise ConfigError(f"env.pixels.enabled = true: {env_cfg.id} is a {family.name} id, whose envs give no "
+                          "frames to observe")
     if env_cfg.mask_obs:
         raise ConfigError(f"env.mask_obs = {env_cfg.mask_obs}: hides entries of vector observations, and "
                           "env.pixels.enabled = true observes frames; use one of them")
@@ -290,6 +293,8 @@ def env_fn(env_id: str, kwargs: dict, env_cfg=None) -> Callable[[], gym.Env]:
     if pixels:
         check_pixels(env_cfg)
         kwargs = {**kwargs, "render_mode": "rgb_array"}
+    if kwargs.get("render_mode") == "rgb_array":
+        offscreen_mujoco()
     make_env: Callable[[], gym.Env]
     if is_minigrid(env_id):
         from rlfoundry.envs import minigrid

@@ -13,7 +13,9 @@ docs/environments/options.md describes the options.
 
 from __future__ import annotations
 
+import ctypes.util
 import os
+import sys
 from collections.abc import Sequence
 from typing import TypeGuard
 
@@ -82,6 +84,27 @@ class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
             if terminated or truncated:
                 break
         return obs, total, terminated, truncated, info
+
+
+def headless_gl() -> str | None:
+    """The OpenGL backend MuJoCo renders with where there is no display: egl, else osmesa, where its library is
+    installed (Linux); None where neither is (or elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    for backend, library in (("egl", "EGL"), ("osmesa", "OSMesa")):
+        if ctypes.util.find_library(library):
+            return backend
+    return None
+
+
+def offscreen_mujoco() -> None:
+    """Before an env that renders rgb_array frames is made: without a display and without the user's `MUJOCO_GL`,
+    MuJoCo's envs render through `headless_gl()` (Gymnasium reads MUJOCO_GL when an env first renders, and would
+    otherwise try GLFW, which needs a display)."""
+    if "MUJOCO_GL" not in os.environ and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        backend = headless_gl()
+        if backend is not None:
+            os.environ["MUJOCO_GL"] = backend
 
 
 class RenderedFrames(gym.Wrapper, gym.utils.RecordConstructorArgs):
