@@ -28,3 +28,13 @@ class StrictModel(BaseModel):
             if not _allows_bool(annotation):
                 raise ValueError(f"expected {annotation}, got a boolean")
         return value
+
+    def setting(self, key: str, default: Any = None) -> Any:
+        """The value of a dotted key below this section (`cfg.setting("algo.num_steps")`), or `default` where a part
+        of it is not there."""
+        node: Any = self
+        for part in key.split("."):
+            node = getattr(node, part, None)
+            if node is None:
+                return default
+        return node

@@ -84,14 +84,6 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     """A row for a checkpoint's JSON: NumPy scalars as Python numbers."""
     return {key: value.item() if isinstance(value, np.generic) else value for key, value in row.items()}
 
-def _setting(cfg: ExperimentConfig, key: str) -> Any:
-    """The value of a dotted config key (algo.num_steps)."""
-    node: Any = cfg
-    for part in key.split("."):
-        node = getattr(node, part)
-    return node
-
-
 def _check_finite(row: dict[str, Any], step: int) -> None:
     """A non-finite loss stops the run (every iteration; parameters are checked before each save)."""
     for key, value in row.items():
@@ -398,7 +390,7 @@ class Trainer:
             return max(total, step)
         planned = step + first * world + max(0, math.ceil((total - step - first * world) / (each * world))) * each * world
         if step == 0 and first * world > total:
-            sizes = " × ".join(f"{key} = {_setting(self.run_cfg, key):,}" for key in agent.iteration_settings)
+            sizes = " × ".join(f"{key} = {self.run_cfg.setting(key):,}" for key in agent.iteration_settings)
             warning = (f"train.total_timesteps = {total:,} is less than one iteration of {self.cfg.algo.name} "
                        f"({first * world:,} env steps: {sizes}{f' × {world} processes' if world > 1 else ''}): "
                        f"the run takes {planned:,} steps; to keep to the budget, lower "
