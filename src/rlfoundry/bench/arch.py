@@ -50,7 +50,7 @@ def parse_cores(text: str) -> list[str]:
 
 
 def parse_algos(text: str) -> list[str]:
-    from rlfoundry.experiment.load import ALGO_CONFIGS
+    from rlfoundry.experiment.schema import ALGO_CONFIGS
 
     return _names(text, "--algos", list(ALGO_CONFIGS))
 

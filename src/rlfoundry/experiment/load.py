@@ -2,6 +2,9 @@
 
 Every way this can fail raises `ConfigError` with a message naming the key, the value and what is
 allowed; nothing is created on disk before loading succeeds.
+
+The schema is imported by the functions that validate: it imports every algorithm and torch, which reading YAML and
+applying overrides (all a sweep's Ray trial does here) do not need.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import typing
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.experiment.schema import ALGO_CONFIGS, ExperimentConfig
+
+if TYPE_CHECKING:
+    from rlfoundry.experiment.schema import ExperimentConfig
 
 SECTIONS = ("env", "algo", "network", "train", "eval", "logging", "checkpoint", "solved")
 PRESET_KEYS = (*SECTIONS, "variants")
@@ -232,6 +237,7 @@ def generic_layers(env_id: str, algo: str, env_section: dict[str, Any] | None = 
     with the user's `env_section` options (e.g. `env.atari.obs_type: ram` makes Atari's frames a vector)."""
     from rlfoundry.config.sections import EnvConfig
     from rlfoundry.envs import make_kwargs, probe_spaces
+    from rlfoundry.experiment.schema import ALGO_CONFIGS
 
     if algo not in ALGO_CONFIGS:
         raise ConfigError(
@@ -306,6 +312,8 @@ def split_spec(spec: str) -> tuple[str, str]:
 
 
 def spec_layers(spec: str, env_section: dict[str, Any] | None = None) -> dict[str, Any]:
+    from rlfoundry.experiment.schema import ALGO_CONFIGS
+
     env_id, variant = split_spec(spec)
     presets = load_presets()
     preset = presets.get(env_id)
@@ -363,6 +371,8 @@ def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
 def validate(data: dict[str, Any], chosen: dict[str, Any] | None = None) -> ExperimentConfig:
     """The validated config of `data`, whose env is built once to check it. `chosen`: the keys the user set
     (overrides, an experiment file's own), which the observations' encoder defaults never replace (`follow_images`)."""
+    from rlfoundry.experiment.schema import ALGO_CONFIGS, ExperimentConfig
+
     data = copy.deepcopy(data)
     for name in SECTIONS:
         _section(data, name)
@@ -393,6 +403,7 @@ def follow_images(cfg: ExperimentConfig, observation_space, action_space, chosen
     take their place, where the user set neither. An MLP the user named on images is bad input: it would take every
     pixel as an input (a 12,288 × 64 first layer on 64 × 64 frames)."""
     from rlfoundry.envs.spaces import first_image
+    from rlfoundry.experiment.schema import ALGO_CONFIGS
 
     image = first_image(observation_space)
     if cfg.network.encoder != "mlp" or image is None:
@@ -430,6 +441,8 @@ def check_encoder(cfg: ExperimentConfig, observation_space) -> None:
 
 
 def _model_at(path: list[str], data: dict[str, Any]) -> type[BaseModel] | None:
+    from rlfoundry.experiment.schema import ALGO_CONFIGS, ExperimentConfig
+
     model: type[BaseModel] | None = ExperimentConfig
     keyed = False  # the last field maps keys to sections (logging.monitors.metrics): this part is such a key
     for depth, key in enumerate(path):

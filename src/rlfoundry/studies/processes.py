@@ -12,6 +12,9 @@ Where the platform has it, the runs are forked from a server process that import
 fresh process: it gets this process's environment and directory at its start and its own console log; it is the
 server's child, not this process's, so instead of the parent-death signal it watches the pipe multiprocessing keeps
 open to this process and sends itself SIGTERM when that closes.
+
+`run.checkpoint` is imported only for a run directory that has checkpoints: it brings torch, which a command (or a
+Ray trial's actor) that starts new runs never needs itself.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from typing import Protocol, cast
 from rlfoundry.config.cores import SHARE_VARIABLE
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.records.rundir import held, run_status
-from rlfoundry.run.checkpoint import CheckpointError, resolve
 
 STOP_GRACE_S = 60.0  # how long stopping runs may take to write their checkpoint before they are killed
 
@@ -78,6 +80,10 @@ class Handle(Protocol):
 
 
 def resumable(run_dir: Path) -> bool:
+    if not (run_dir / "checkpoints").is_dir():
+        return False
+    from rlfoundry.run.checkpoint import CheckpointError, resolve
+
     try:
         resolve(run_dir, "last")
         return True

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
@@ -30,7 +30,6 @@ from pydantic import ValidationError
 
 from rlfoundry.config.cores import concurrent_runs, usable_cores
 from rlfoundry.config.errors import ConfigError
-from rlfoundry.experiment.schema import ExperimentConfig
 from rlfoundry.records.registry import Registry, RegistryError
 from rlfoundry.records.report import read_metrics
 from rlfoundry.records.rundir import run_lock, run_status, write_atomic, write_json
@@ -50,6 +49,9 @@ from rlfoundry.studies.sweep_file import (
     run_log,
     trial_value,
 )
+
+if TYPE_CHECKING:
+    from rlfoundry.experiment.schema import ExperimentConfig
 
 STUDY = "sweep"  # the study's name in the journal: fixed, so a renamed sweep directory still continues
 JOURNAL = "study.journal"

@@ -23,10 +23,11 @@ from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
 from rlfoundry.config.schedule import Schedule
 from rlfoundry.experiment.load import SECTIONS, apply_overrides, load_config, read_yaml
-from rlfoundry.experiment.schema import ExperimentConfig
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
+
+    from rlfoundry.experiment.schema import ExperimentConfig
 
 # The trainer's numbers a sweep can maximise: the summary.json key of a run's final value, and the metrics.csv
 # column of its intermediate ones (the pruner's input).
@@ -248,9 +249,7 @@ def replaced_schedules(sweep: SweepFile, cfg: ExperimentConfig) -> list[str]:
     for key, parameter in sweep.parameters.items():
         if parameter.float_ is None and parameter.int_ is None:
             continue
-        node: Any = cfg
-        for part in key.split("."):
-            node = getattr(node, part, None)
+        node = cfg.setting(key)
         if isinstance(node, Schedule) and node.kind != "constant":
             notes.append(f"parameters.{key}: the base's linear schedule (from {node.start:g} to {node.end:g}) is "
                          "replaced by a constant from the range in every trial; to search schedules, give a choice "
