@@ -256,14 +256,17 @@ class ReplayBuffer:
         `actions`: from the host arrays, or gathered on the device (one batch of index copies) when it mirrors them."""
         if self.mirror is None:
             return [self._stacks(*where) for where in stacks], self.actions[actions]
-        places = [self._stack_index(*where) for where in stacks]
-        pads = [pad for _, _, pad in places if pad is not None]  # zero padding: all or none
-        copied = self.mirror.to_device(*actions, *[a for slots, envs, _ in places for a in (slots, envs)], *pads)
-        frames = [self.mirror.take("frames", copied[2 + 2 * i], copied[3 + 2 * i]) for i in range(len(places))]
-        if pads:
-            frames = [f.masked_fill(_broadcast(pad, f), 0) for f, pad in zip(frames, copied[2 + 2 * len(places):])]
-        return ([f.reshape(where[0].size, *self.obs_shape) for f, where in zip(frames, stacks)],
-                self.mirror.take("actions", *copied[:2]))
+        places = [self._stack_index(*where) for where in stacks]  # (slots, envs, padding or None) each
+        padded = places[0][2] is not None  # zero padding: in every place or in none
+        moved = iter(self.mirror.to_device(*actions, *[a for place in places for a in place if a is not None]))
+        taken = self.mirror.take("actions", next(moved), next(moved))
+        observations = []
+        for where in stacks:
+            frames = self.mirror.take("frames", next(moved), next(moved))
+            if padded:
+                frames = frames.masked_fill(_broadcast(next(moved), frames), 0)
+            observations.append(frames.reshape(where[0].size, *self.obs_shape))
+        return observations, taken
 
     def _stack_index(self, rows: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Where the stacks of absolute `rows` lie in `frames`: ring slots and envs ([N], or [N, S] oldest first and
