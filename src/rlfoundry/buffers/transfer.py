@@ -63,10 +63,6 @@ class DeviceMirror:
         self.rows = {name: HostToDevice(device) for name in arrays}  # pinned buffers of each row's shape
         self.indices = HostToDevice(device)
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors.values())
-
     def write(self, name: str, slot: int, row: np.ndarray) -> None:
         """Row `slot` of array `name` became `row` on the host (the copy is queued, not waited for)."""
         (on_device,) = self.rows[name](row)
