@@ -25,7 +25,7 @@ from rlfoundry.config.sections import EnvConfig
 from rlfoundry.envs import atari
 from rlfoundry.envs.bandits import register_bandits
 from rlfoundry.envs.config_wrappers import wrapped
-from rlfoundry.envs.spaces import flattened
+from rlfoundry.envs.spaces import flattened, packed_parts
 from rlfoundry.envs.toys import register_toys
 from rlfoundry.envs.wrappers import (
     ActionRepeat,
@@ -237,7 +237,7 @@ def check_spaces(env_id: str, observation_space: spaces.Space, action_space: spa
 
 def check_obs_options(env_cfg, observation_space: spaces.Space) -> None:
     """Config options that depend on the env's observation space (checked by the probe and by `make`)."""
-    if getattr(observation_space, "parts", None) is not None and (env_cfg.normalize_obs or env_cfg.mask_obs):
+    if packed_parts(observation_space) and (env_cfg.normalize_obs or env_cfg.mask_obs):
         option = "normalize_obs" if env_cfg.normalize_obs else "mask_obs"
         raise ConfigError(f"env.{option} = {getattr(env_cfg, option)}: {env_cfg.id} observes images inside a Dict or "
                           "Tuple, packed into one vector whose parts the network reads apart; allowed: false (drop "

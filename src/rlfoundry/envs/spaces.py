@@ -119,47 +119,53 @@ class PackedObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
     def __init__(self, env: gym.Env):
         gym.utils.RecordConstructorArgs.__init__(self)
         gym.ObservationWrapper.__init__(self, env)
-        entries = list(_entries(env.observation_space))
-        self.leaves = [leaf for _, leaf in entries]
-        self.channel_last = [is_channel_last(leaf) for leaf in self.leaves]
+        self.plan: list[tuple[spaces.Space, str]] = []  # per leaf: its space and how it is packed (image: its layout)
         parts, lows, highs, offset = [], [], [], 0
-        for (path, leaf), last in zip(entries, self.channel_last):
+        for path, leaf in _entries(env.observation_space):
             if is_image_space(leaf):
                 shape = tuple(int(n) for n in leaf.shape)
+                last = is_channel_last(leaf)
                 kind, shape = "image", (shape[2], shape[0], shape[1]) if last else shape
                 low, high = np.zeros(math.prod(shape)), np.full(math.prod(shape), 255.0)
+                self.plan.append((leaf, "channel_last" if last else "image"))
             else:
                 flat = spaces.flatten_space(leaf)
                 assert isinstance(flat, spaces.Box) and flat.shape is not None  # check_flattenable let it through
                 kind = "bytes" if isinstance(leaf, spaces.Box) and leaf.dtype == np.uint8 else "vector"
                 shape, low, high = (int(flat.shape[0]),), flat.low.astype(np.float64), flat.high.astype(np.float64)
+                self.plan.append((leaf, "flat"))
             parts.append(Part(path, kind, shape, offset))
             lows.append(low)
             highs.append(high)
             offset += math.prod(shape)
-        dtype = np.uint8 if all(_byte_valued(leaf) for leaf in self.leaves) else np.float32
+        dtype = np.uint8 if all(_byte_valued(leaf) for leaf, _ in self.plan) else np.float32
         self.observation_space = PackedBox(tuple(parts), np.concatenate(lows), np.concatenate(highs), dtype)
 
     def observation(self, observation) -> np.ndarray:
         pieces = []
-        for leaf, last, value in zip(self.leaves, self.channel_last, _values(self.env.observation_space, observation)):
-            if is_image_space(leaf):
-                pieces.append((np.transpose(value, (2, 0, 1)) if last else np.asarray(value)).ravel())
-            else:
+        for (leaf, how), value in zip(self.plan, _values(self.env.observation_space, observation)):
+            if how == "flat":
                 pieces.append(np.asarray(spaces.flatten(leaf, value)).ravel())
+            else:
+                pieces.append((np.transpose(value, (2, 0, 1)) if how == "channel_last" else np.asarray(value)).ravel())
         return np.concatenate(pieces).astype(self.observation_space.dtype, copy=False)
+
+
+def packed_parts(space: spaces.Space) -> tuple[Part, ...]:
+    """The parts of a packed observation's space (`PackedBox`); none for any other space."""
+    return space.parts if isinstance(space, PackedBox) else ()
 
 
 def has_images(space: spaces.Space) -> bool:
     """An image observation, or a packed one with images in it."""
-    return is_image_space(space) or any(part.kind == "image" for part in getattr(space, "parts", ()))
+    return is_image_space(space) or any(part.kind == "image" for part in packed_parts(space))
 
 
 def first_image(space: spaces.Space) -> spaces.Box | None:
     """The image an image encoder would be chosen for: the observation itself, or a packed one's first image."""
     if is_image_space(space):
         return space
-    part = next((part for part in getattr(space, "parts", ()) if part.kind == "image"), None)
+    part = next((part for part in packed_parts(space) if part.kind == "image"), None)
     return None if part is None else spaces.Box(0, 255, part.shape, np.uint8)
 
 

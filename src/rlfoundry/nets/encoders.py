@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from rlfoundry.envs.spaces import packed_parts
 from rlfoundry.nets.cnn import CNN_ENCODERS, Encoder
 
 
@@ -171,7 +172,7 @@ class PackedEncoder(Encoder):
 def encoder_for(observation_space, net_cfg, groups: int) -> Encoder:
     """The encoder `net_cfg.encoder` names for observations of `observation_space`; a packed observation's
     (`PackedEncoder`) when it lists parts."""
-    parts = getattr(observation_space, "parts", None)
-    if parts is not None:
+    parts = packed_parts(observation_space)
+    if parts:
         return PackedEncoder(parts, net_cfg, groups)
     return ENCODERS[net_cfg.encoder](tuple(observation_space.shape), net_cfg, groups)

@@ -31,6 +31,7 @@ from torch import nn
 
 from rlfoundry.config.base import StrictModel
 from rlfoundry.config.errors import ConfigError
+from rlfoundry.envs.spaces import packed_parts
 from rlfoundry.world_models import dists, vision
 from rlfoundry.world_models.layers import mlp, output_layer
 from rlfoundry.world_models.rssm import RSSM, RSSMConfig, State
@@ -182,7 +183,7 @@ def env_defaults(observation_space, env_id: str) -> dict:
 def check_observations(spec, cnn: str, algo: str, name: str) -> None:
     """ConfigError unless the env's observations go through the model: vectors (a 1-D Box) or uint8 images the `cnn`
     networks take. `algo` and `name` (e.g. 'dreamer', 'DreamerV3') name the agent in the message."""
-    if getattr(spec.observation_space, "parts", None) is not None:  # a Dict or Tuple with images, packed
+    if packed_parts(spec.observation_space):  # a Dict or Tuple with images, packed
         raise ConfigError(f"algo.name = '{algo}': {spec.id} observes images inside a Dict or Tuple; {name}'s model "
                           "encodes and decodes one image or one vector: keep one of them with env.wrappers "
                           "(FilterObservation)")
