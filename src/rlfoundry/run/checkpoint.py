@@ -187,28 +187,28 @@ def load(path: Path) -> Checkpoint:
     """Read a checkpoint directory. Nothing in it is executed: safetensors, a weights-only torch.load,
     numpy without pickle and JSON. Anything missing, truncated or foreign raises CheckpointError."""
     path = Path(path)
-    state = read_marked(path, FILES, "state.json", FORMAT, VERSION, "checkpoint")
-    weights = read_weights(path / "weights.safetensors")
+    saved = load_networks(path, None)
     try:
-        agent = torch.load(path / "agent.pt", map_location="cpu", weights_only=True)
+        saved.agent = torch.load(path / "agent.pt", map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle.UnpicklingError for a payload that is not plain data, zip errors, EOF
         raise CheckpointError(
             f"{path / 'agent.pt'}: refused or corrupt: only plain tensors and values load ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''})"
         ) from None
-    return Checkpoint(weights=weights, agent=agent, arrays=_arrays(path), state=state)
+    return saved
 
 
-def load_networks(path: Path, arrays: Sequence[str] = ()) -> Checkpoint:
+def load_networks(path: Path, arrays: Sequence[str] | None = ()) -> Checkpoint:
     """What a trained policy needs of a checkpoint directory: its weights, state.json and the named arrays (those
-    present), without the optimizers' state or the replay, which may be gigabytes (`agent` is left empty)."""
+    present; None: all), without the optimizers' state or the replay, which may be gigabytes (`agent` is left
+    empty)."""
     path = Path(path)
     state = read_marked(path, FILES, "state.json", FORMAT, VERSION, "checkpoint")
     return Checkpoint(weights=read_weights(path / "weights.safetensors"), agent={}, arrays=_arrays(path, arrays),
                       state=state)
 
 
-def _arrays(path: Path, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+def _arrays(path: Path, names: Sequence[str] | None) -> dict[str, np.ndarray]:
     """arrays.npz read without pickle: every array, or those of `names` it holds (the others are not read)."""
     try:
         with np.load(path / "arrays.npz", allow_pickle=False) as data:
