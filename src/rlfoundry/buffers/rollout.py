@@ -173,9 +173,13 @@ class RolloutCollector:
             return array
         return torch.from_numpy(array).to(self.device, non_blocking=True)
 
-    def _step_obs(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """One step's observations on the device (through pinned buffers on CUDA: `HostToDevice`)."""
-        return obs if isinstance(obs, torch.Tensor) else self.obs_to_device(obs)[0]
+    def _store_obs(self, t: int) -> None:
+        """Row t's observations into the device storage (cast to its dtype): copied there once, through pinned memory
+        on CUDA (`HostToDevice.into`), or from the device env's tensors."""
+        if isinstance(self.next_obs, torch.Tensor):
+            self.obs[t] = self.next_obs
+        else:
+            self.obs_to_device.into((self.obs[t],), self.next_obs)
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray | torch.Tensor:
         """Actions as the env takes them: Gaussian samples are clipped to the bounds (stored unclipped)."""
@@ -202,7 +206,7 @@ class RolloutCollector:
         with torch.inference_mode():
             for t in range(self.num_steps):
                 start = clock()
-                self.obs[t] = self._step_obs(self.next_obs)  # (cast to the stored dtype)
+                self._store_obs(t)
                 if self.sequence_length is not None:  # recurrent
                     # `starts` of row t, from row t - 1 (not yet overwritten at t = 0); None: none
                     none = not self.on_device and self.valid[t - 1].all()  # (on the device: no sync to find out)

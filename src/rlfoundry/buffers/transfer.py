@@ -33,7 +33,25 @@ class HostToDevice:
         """The arrays as tensors on the device; tensors already there (a mirrored replay's) pass as they are."""
         if self.device.type != "cuda":
             return tuple(torch.as_tensor(a, device=self.device) for a in arrays)
-        hosts = [torch.as_tensor(a) for a in arrays if not _on(a, self.device)]
+        moved = iter([p.to(self.device, non_blocking=True) for p in self._stage(
+            [a for a in arrays if not _on(a, self.device)])])
+        self._copied()
+        return tuple(a if _on(a, self.device) else next(moved) for a in arrays)
+
+    def into(self, targets: tuple[torch.Tensor, ...], *arrays: Any) -> None:
+        """Copy host `arrays` into the device tensors `targets` of their shapes (a rollout's step, a replay's row),
+        cast to the targets' dtypes, without making new device tensors."""
+        if self.device.type != "cuda":
+            for target, array in zip(targets, arrays, strict=True):
+                target.copy_(torch.as_tensor(array))
+            return
+        for target, pinned in zip(targets, self._stage(list(arrays)), strict=True):
+            target.copy_(pinned, non_blocking=True)
+        self._copied()
+
+    def _stage(self, arrays: list[Any]) -> list[torch.Tensor]:
+        """The arrays in the pinned buffers (made for their shapes, once the previous copies have read them)."""
+        hosts = [torch.as_tensor(a) for a in arrays]
         if [(p.shape, p.dtype) for p in self.pinned] != [(h.shape, h.dtype) for h in hosts]:
             self.pinned = [torch.empty(h.shape, dtype=h.dtype, pin_memory=True) for h in hosts]
             self.copied = None
@@ -41,10 +59,12 @@ class HostToDevice:
             self.copied.synchronize()
         for pinned, host in zip(self.pinned, hosts, strict=True):
             pinned.copy_(host)
-        moved = iter([p.to(self.device, non_blocking=True) for p in self.pinned])
+        return self.pinned
+
+    def _copied(self) -> None:
+        """Mark the copies just queued, which the next call waits for before it refills the buffers."""
         self.copied = torch.cuda.Event()
         self.copied.record()
-        return tuple(a if _on(a, self.device) else next(moved) for a in arrays)
 
 
 def _on(array: Any, device: torch.device) -> bool:
@@ -65,8 +85,7 @@ class DeviceMirror:
 
     def write(self, name: str, slot: int, row: np.ndarray) -> None:
         """Row `slot` of array `name` became `row` on the host (the copy is queued, not waited for)."""
-        (on_device,) = self.rows[name](row)
-        self.tensors[name][slot].copy_(on_device, non_blocking=True)
+        self.rows[name].into((self.tensors[name][slot],), row)
 
     def load(self, arrays: dict[str, np.ndarray]) -> None:
         """Copy the whole host arrays (a new mirror, a restored replay)."""
