@@ -84,6 +84,7 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
     """A row for a checkpoint's JSON: NumPy scalars as Python numbers."""
     return {key: value.item() if isinstance(value, np.generic) else value for key, value in row.items()}
 
+
 def _check_finite(row: dict[str, Any], step: int) -> None:
     """A non-finite loss stops the run (every iteration; parameters are checked before each save)."""
     for key, value in row.items():
